@@ -1,0 +1,137 @@
+/* pysandbox native executor: public declarations. build_native.py's cdef mirrors
+ * the structs and functions below; the enum values are read by Python through the
+ * cdef's "= ..." so the two can never disagree. */
+#ifndef PSB_H
+#define PSB_H
+#include <sys/syscall.h>
+#include "_psb_config.h"   /* generated: PSB_HAS_EXEC_INIT */
+
+/* Feature flags read by Python as has_* attributes. */
+#ifdef __NR_mount_setattr
+#define PSB_HAS_MOUNT_SETATTR 1
+#else
+#define PSB_HAS_MOUNT_SETATTR 0
+#endif
+#define PSB_HAS_CLOSE_RANGE 1
+
+/* One op of the flat array the child walks. Strings are offsets into the plan's
+ * string table (-1: none); numbers are in n, m, mode. The meaning of each field
+ * per kind is documented in psb.c next to the handler and in backends/native.py. */
+enum psb_op_kind {
+    PSB_OP_IDMAP = 1,         /* a=setgroups "deny", b=uid_map text, c=gid_map text */
+    PSB_OP_PDEATHSIG,         /* prctl(PR_SET_PDEATHSIG, SIGKILL) + lifeline check */
+    PSB_OP_SETUP_ROOT,        /* a=base dir: rslave /, tmpfs base, newroot/oldroot, pivot */
+    PSB_OP_MKDIRS,            /* b=path, mode (-1: 0755), m=missing parents' mode (-1: 0755) */
+    PSB_OP_MKFILE,            /* b=path: create an empty file if nothing is there; m as MKDIRS */
+    PSB_OP_BIND,              /* a=src b=dst c=submount list (fallback), flags RO/DEV/OPTIONAL;
+                                 m>=0: a is fd m's magic link, bound by the path it names */
+    PSB_OP_MOUNT,             /* a=source b=dst c=fstype d=data n=mount flags */
+    PSB_OP_SETATTR,           /* b=dst: flags RO (mount_setattr non-recursive, or remount) */
+    PSB_OP_SYMLINK,           /* a=target b=link path */
+    PSB_OP_WRITE,             /* b=dst a=data n=len m=fd(-1) d=tmp file (BIND) mode flags */
+    PSB_OP_CHMOD,             /* b=path mode */
+    PSB_OP_PIVOT,             /* detach oldroot, second pivot into newroot */
+    PSB_OP_LOOPBACK,          /* "lo" up */
+    PSB_OP_HOSTNAME,          /* a=name */
+    PSB_OP_DISABLE_USERNS,    /* a=uid_map text b=gid_map text (nested user namespace);
+                                 n=1: limit to it first (max_user_namespaces=1), n=0: nest only */
+    PSB_OP_CAPS,              /* n=keep mask, m=last cap */
+    PSB_OP_NNP,               /* PR_SET_NO_NEW_PRIVS */
+    PSB_OP_INIT,              /* fork: this process stays as the pid-1 init */
+    PSB_OP_SECCOMP,           /* a=program n=length in bytes */
+    PSB_OP_SETSID,
+    PSB_OP_CHDIR,             /* a=path */
+    PSB_OP_WAIT_FD,           /* n=fd: wait for a byte or EOF on it, then close it (bwrap's
+                                 --userns-block-fd and --block-fd); flags LIFELINE */
+    PSB_OP_SETNS,             /* n=fd m=nstype: join a given namespace (--userns, --pidns, --userns2) */
+    PSB_OP_UNSHARE,           /* n=clone flags: the new namespaces, after joining given ones */
+    PSB_OP_HOP,               /* clone(CLONE_PARENT): continue in a child of the launcher, the
+                                 first process of the pid namespace set up before. The old
+                                 process announces it (PSB_STAGE_HOP) and exits after the
+                                 clone; the new one reports itself (PSB_STAGE_HOP_PID) with its
+                                 credentials, which the kernel translates into the launcher's
+                                 pid namespace (the error channel is then a socket pair) */
+};
+
+/* Where a failure happened, besides "op number op_index failed". */
+enum psb_stage {
+    PSB_STAGE_OP = 1,         /* the op at op_index */
+    PSB_STAGE_CLONE,
+    PSB_STAGE_PARENT_DIED,
+    PSB_STAGE_FDS,
+    PSB_STAGE_EXEC,
+    PSB_STAGE_PIPE,
+    PSB_STAGE_HOP,            /* not a failure: a hop begins (from the old process) */
+    PSB_STAGE_HOP_PID,        /* not a failure: the new process; its pid is in the credentials */
+};
+
+/* Op flags. */
+#define PSB_F_RO        0x01
+#define PSB_F_DEV       0x02
+#define PSB_F_OPTIONAL  0x04  /* ENOENT (source or destination missing) is not an error */
+#define PSB_F_BIND      0x08  /* WRITE: create on the setup tmpfs then bind on dst */
+#define PSB_F_MODE      0x10  /* WRITE/MKDIRS: apply mode with chmod */
+#define PSB_F_USERNS_FDS 0x20 /* SETUP_ROOT: keep /proc/self and the userns sysctl open */
+#define PSB_F_IF_WRITABLE 0x40 /* BIND: only if access(src, W_OK) succeeds (EACCES/ENOENT/EROFS: skip) */
+#define PSB_F_CURRENT_IDS 0x80 /* DISABLE_USERNS: map the current euid/egid onto themselves
+                                  (the caller wrote the outer maps: --userns-block-fd) */
+#define PSB_F_LIFELINE  0x100 /* WAIT_FD: the launcher's death ends the wait (parent_died) */
+#define PSB_F_NO_AMBIENT 0x200 /* CAPS: kept capabilities stay out of the ambient set (after
+                                  --userns2 the uid may be unmapped: exec decides, as bwrap) */
+
+/* Probe kinds for psb_probe. */
+#define PSB_PROBE_CLONE     0
+#define PSB_PROBE_PROC      1
+#define PSB_PROBE_LOOPBACK  2
+#define PSB_PROBE_IDMAP     3   /* write setgroups and the caller's identity id maps */
+
+struct psb_op {
+    int kind;
+    int flags;
+    int a, b, c, d;
+    long n, m, mode;
+};
+
+struct psb_plan {
+    const struct psb_op *ops;
+    int nops;
+    const char *strtab;
+    unsigned long clone_flags;
+    int no_mount_setattr;     /* force the remount-each-submount fallback */
+    int init_fd;              /* sealed memfd of the freestanding init, or -1: fork mode */
+    int share_memory;         /* setup child shares the caller's memory (CLONE_VM) until
+                                 exec; only with exec-init or without an init */
+};
+
+struct psb_launch {
+    const char *argbuf;       /* argc NUL-terminated strings back to back */
+    int argc;
+    const char *envbuf;
+    int envc;
+    const char *exe;          /* what to execute (searched in path when it has no '/') */
+    const char *path;         /* the PATH to search */
+    int stdio[3];
+    const int *pass_fds;
+    int npass;
+    int want_status;          /* open the init's status pipe */
+    int started_fd;           /* >= 0: the child's pid (4 bytes) is written here right after
+                                 the clone, before setup (a WAIT_FD op may need it outside) */
+    const int *close_first;   /* the child closes these before any op (bwrap's info fd:
+                                 its reader waits for EOF before releasing a WAIT_FD) */
+    int nclose;
+};
+
+struct psb_result {
+    int pid;
+    int status_fd;            /* read end of the init's status pipe, or -1 */
+    int stage;
+    int op;
+    int err;
+};
+
+int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res);
+int psb_probe(unsigned long clone_flags, int what);
+int psb_mount_setattr_works(void);
+int psb_init_memfd(void);
+int psb_probe_exec_init(int init_fd);
+#endif
