@@ -1,0 +1,55 @@
+"""pysandbox: run commands confined in Linux namespaces.
+
+    import pysandbox
+    policy = pysandbox.Policy.default(workdir=".", network="deny")
+    done = pysandbox.run(["make", "test"], policy=policy, capture_output=True, timeout=60)
+
+See README.md for the command line, the reason codes and what is not covered.
+"""
+
+from .errors import (
+    BackendUnavailable,
+    BwrapArgumentError,
+    BwrapNotFound,
+    BwrapOptionUnsupported,
+    BwrapProbeFailed,
+    CapabilityUnavailable,
+    NativeModuleMissing,
+    NetworkModeUnsupported,
+    NetworkNamespaceUnavailable,
+    PolicyError,
+    Reason,
+    SandboxError,
+    SetuidRejected,
+    SetupError,
+    UserNamespaceUnavailable,
+)
+from .policy import Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Policy, Proc, RemountRo, Symlink, Tmpfs
+from .process import (
+    DEVNULL,
+    PIPE,
+    STDOUT,
+    CalledProcessError,
+    CompletedProcess,
+    Popen,
+    SandboxProcess,
+    TimeoutExpired,
+    run,
+)
+
+# Imported eagerly: the submodule pysandbox.status and the function share the name, and
+# a lazy __getattr__ loses to the submodule once anything imports pysandbox.status (then
+# pysandbox.status is the module). status.py imports the probes only when called.
+from .status import status
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailable", "Bind", "BwrapArgumentError", "BwrapNotFound", "BwrapOptionUnsupported",
+    "BwrapProbeFailed", "CalledProcessError", "CapabilityUnavailable", "Chmod", "CompletedProcess",
+    "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "NativeModuleMissing", "Network",
+    "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "PIPE", "Policy", "PolicyError", "Popen",
+    "Proc", "Reason", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
+    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "run", "status",
+    "__version__",
+]

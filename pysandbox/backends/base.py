@@ -1,0 +1,74 @@
+"""The interface every backend implements.
+
+A backend turns a :class:`~pysandbox.plan.Plan` into a running sandbox. ``spawn``
+returns only once the command was executed (native: EOF on the error pipe) or
+raises a typed error, so a failed setup never looks like a command's exit status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+
+@dataclass
+class Launch:
+    """Everything a launch needs besides the plan, prepared by the process layer."""
+
+    argv: list[str]
+    env: dict[str, str]
+    stdin: int = 0        # descriptors in the caller to become 0, 1, 2 in the sandbox
+    stdout: int = 1
+    stderr: int = 2
+    pass_fds: tuple[int, ...] = ()
+    executable: str | None = None   # resolved in the sandbox's view; argv[0] stays as given
+    # Called once with the host pid of the sandbox's first process as soon as it exists,
+    # before its setup (native) or before the command is executed (bwrap), on another
+    # thread: a Policy.userns_block_fd caller writes the id maps of that pid from here.
+    on_start: Callable[[int], None] | None = None
+    close_in_setup: tuple[int, ...] = ()   # closed by the setup process before any step
+
+
+class Child(Protocol):
+    """A launched sandbox, as seen from the host."""
+
+    pid: int   # the host pid to wait for and to signal: killing it ends the whole sandbox
+
+    def returncode(self, wait_status: int) -> int:
+        """The command's returncode (negative for a signal) given the wait status of ``pid``."""
+
+    def close(self) -> None:
+        """Release what the launch kept open (status pipes); idempotent."""
+
+
+@dataclass
+class CapabilityStatus:
+    name: str                   # user, mount, pid, net, proc, loopback, seccomp ...
+    available: bool
+    reason: str | None = None   # a Reason value when not available
+    detail: str = ""
+
+
+@dataclass
+class BackendStatus:
+    backend: str
+    available: bool
+    reason: str | None = None
+    detail: str = ""
+    capabilities: list[CapabilityStatus] = field(default_factory=list)
+    network: dict[str, CapabilityStatus] = field(default_factory=dict)   # mode -> status
+    info: dict = field(default_factory=dict)   # version, path, setuid ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def check(self, plan) -> None:
+        """Raise the typed error if this backend cannot run ``plan`` here (cached per plan)."""
+
+    def spawn(self, plan, launch: Launch) -> Child:
+        """Start the sandbox. Raises SandboxError subclasses; never runs the command
+        unsandboxed."""
+
+    def status(self, policy) -> BackendStatus:
+        """Per capability and per network mode: what works here and why not."""

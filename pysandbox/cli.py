@@ -1,0 +1,276 @@
+"""The ``pysandbox`` command line: ``pysandbox run`` and ``pysandbox status``.
+
+Exit status of ``pysandbox run``: the command's own; 128+N when it was killed by
+signal N; 125 when the sandbox could not be set up (the command never ran; one line
+on stderr names the reason code); 126 command not executable; 127 command not found;
+2 usage error. ``pysandbox status`` exits 0 when the policy can run, 1 when not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+
+EXIT_SETUP = 125
+EXIT_NOEXEC = 126
+EXIT_NOTFOUND = 127
+EXIT_USAGE = 2
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+GRACE = 2.0   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
+PROG = "pysandbox"
+
+RUN_EPILOG = """\
+exit status: the command's own; 128+N when it was killed by signal N; 125 when the
+sandbox could not be set up (the command never ran; one stderr line names the reason
+code); 126 command not executable; 127 command not found; 2 usage error.
+--timeout sends SIGTERM to the command, then SIGKILL to the whole sandbox 2 seconds
+later. SIGTERM, SIGINT and SIGHUP sent to pysandbox are forwarded to the command.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's usage error: exit 2, one line, no traceback
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
+    parser.add_argument("--verbose", "-v", action="store_true", help="log the chosen backend to stderr")
+    sub = parser.add_subparsers(dest="cmd", metavar="{run,status}", parser_class=_Parser)
+    sub.required = True
+
+    run = sub.add_parser("run", help="run a command in a sandbox",
+                         usage="%(prog)s [options] -- CMD ...",
+                         epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Run CMD in a sandbox: / read-only, the working directory "
+                                     "read-write, fresh /proc, minimal /dev, private /tmp, new user, "
+                                     "mount, pid, ipc, uts and (network deny) net namespaces.")
+    run.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                     help="log the chosen backend to stderr")
+    _backend_arg(run)
+    run.add_argument("--network", choices=("deny", "allow"), default="deny",
+                     help="deny: a new network namespace with only lo (default); allow: the host network")
+    wd = run.add_mutually_exclusive_group()
+    wd.add_argument("--workdir", metavar="PATH",
+                    help="directory bound read-write and started in (default: the current directory)")
+    wd.add_argument("--no-workdir", action="store_true", help="bind no working directory read-write")
+    run.add_argument("--rw", metavar="PATH", action="append", default=[], help="bind PATH read-write (repeatable)")
+    run.add_argument("--ro", metavar="PATH", action="append", default=[], help="bind PATH read-only (repeatable)")
+    run.add_argument("--hide", metavar="PATH", action="append", default=[],
+                     help="cover PATH with an empty, inaccessible node (repeatable)")
+    run.add_argument("--tmpfs", metavar="PATH", action="append", default=[],
+                     help="mount a private tmpfs on PATH (repeatable)")
+    run.add_argument("--chdir", metavar="PATH", help="directory to start in (default: the workdir, else /)")
+    run.add_argument("--setenv", metavar=("NAME", "VALUE"), nargs=2, action="append", default=[],
+                     help="set an environment variable (repeatable)")
+    run.add_argument("--unsetenv", metavar="NAME", action="append", default=[],
+                     help="unset an environment variable (repeatable)")
+    run.add_argument("--clearenv", action="store_true", help="start from an empty environment")
+    run.add_argument("--share-session", action="store_true",
+                     help="keep the caller's session (no setsid); the terminal stays reachable")
+    run.add_argument("--keep-authority-sockets", action="store_true",
+                     help="network deny: keep docker/podman/containerd, ssh-agent, gpg-agent and "
+                          "D-Bus session sockets and their variables (masked by default)")
+    run.add_argument("--strict-unix", action="store_true",
+                     help="refuse new AF_UNIX sockets by seccomp (socketpair still works)")
+    run.add_argument("--pass-fd", metavar="FD", type=_fd, action="append", default=[],
+                     help="pass descriptor FD (>= 3) to the command (repeatable)")
+    run.add_argument("--timeout", metavar="SECONDS", type=_seconds,
+                     help="after SECONDS: SIGTERM to the command, SIGKILL to the sandbox 2 s later")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
+
+    st = sub.add_parser("status", help="what works here, per backend, capability and network mode",
+                        description="Report, per backend, which capabilities and network modes work "
+                                    "here and why not. Exit 0 when the policy can run, 1 when not.")
+    st.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                    help="log the chosen backend to stderr")
+    _backend_arg(st)
+    st.add_argument("--network", choices=("deny", "allow"), default="deny",
+                    help="network mode of the policy to check (default: deny)")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _backend_arg(parser):
+    parser.add_argument("--backend", choices=("auto", "native", "bwrap"), default="auto",
+                        help="auto (native where it works, else bwrap; default), native or bwrap")
+
+
+def _fd(text: str) -> int:
+    try:
+        fd = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a descriptor number: {text!r}") from None
+    if fd < 3:
+        raise argparse.ArgumentTypeError(f"descriptor must be >= 3 (stdio is always passed): {fd}")
+    try:
+        os.fstat(fd)
+    except OSError:
+        raise argparse.ArgumentTypeError(f"descriptor {fd} is not open") from None
+    return fd
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"timeout must be a positive number of seconds: {text!r}")
+    return value
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: " + " ".join(str(message).split()), file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``pysandbox`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(format="%(message)s", level=logging.INFO if args.verbose else logging.WARNING)
+    from .errors import PolicyError, SandboxError
+    try:
+        if args.cmd == "status":
+            return _status(args)
+        return _run(parser, args)
+    except PolicyError as exc:
+        _say(exc)
+        return EXIT_USAGE
+    except SandboxError as exc:
+        _say(exc)
+        return EXIT_SETUP
+
+
+def _policy(args):
+    from .policy import Env, Policy
+    workdir = None if args.no_workdir else (args.workdir or os.getcwd())
+    overrides = {}
+    if args.chdir is not None:
+        overrides["chdir"] = args.chdir
+    return Policy.default(workdir=workdir, network=args.network, ro=args.ro, rw=args.rw, hide=args.hide,
+                          tmpfs=args.tmpfs, env=Env(clear=args.clearenv, set=tuple(map(tuple, args.setenv)),
+                                                    unset=tuple(args.unsetenv)),
+                          new_session=not args.share_session, pass_fds=tuple(args.pass_fd),
+                          keep_authority_sockets=args.keep_authority_sockets, strict_unix=args.strict_unix,
+                          **overrides)
+
+
+def _run(parser, args) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        parser.error("run needs a command after --")
+    policy = _policy(args)
+    # Handlers go in before the launch: a signal that arrives while the sandbox starts is
+    # delivered to it as soon as it exists.
+    started: list = []
+    pending: list = []
+
+    def forward(signum, _frame):
+        if not started:
+            pending.append(signum)
+            return
+        _deliver(started[0], signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        return _launch_and_wait(args, command, policy, started, pending)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _launch_and_wait(args, command, policy, started, pending) -> int:
+    from .errors import Reason, SandboxError
+    from .process import Popen, TimeoutExpired
+    try:
+        proc = Popen(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd))
+    except FileNotFoundError as exc:
+        _say(f"{command[0]}: command not found ({exc.strerror})")
+        return EXIT_NOTFOUND
+    except PermissionError as exc:
+        _say(f"{command[0]}: not executable ({exc.strerror})")
+        return EXIT_NOEXEC
+    except OSError as exc:
+        if isinstance(exc, SandboxError):
+            raise
+        _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
+        return EXIT_SETUP
+    started.append(proc)
+    logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
+    for sig in pending:
+        _deliver(proc, sig)
+    try:
+        code = proc.wait(timeout=args.timeout)
+    except TimeoutExpired:
+        _say(f"timeout: {args.timeout:g} seconds passed; SIGTERM to the command, "
+             f"SIGKILL to the sandbox {GRACE:g} seconds later")
+        _deliver(proc, signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=GRACE)
+        except TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    return 128 - code if code < 0 else code
+
+
+def _deliver(proc, signum) -> None:
+    """Send ``signum`` to the sandboxed command: through the backend when it knows how
+    (bwrap's pid 1 does not forward signals), else to the sandbox's outer process."""
+    forward = getattr(getattr(proc, "_child", None), "forward_signal", None)
+    try:
+        if forward is not None:
+            forward(signum)
+        elif proc.returncode is None:
+            proc.send_signal(signum)
+    except OSError:
+        pass
+
+
+def _status(args) -> int:
+    from .policy import Policy
+    from .status import status
+    policy = Policy.default(network=args.network)
+    st = status(policy, backend=args.backend)
+    logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
+    if args.json:
+        print(json.dumps(st.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(format_status(st))
+    return 0 if st.available else 1
+
+
+def format_status(st) -> str:
+    """The human table of ``pysandbox status``."""
+    verdict = "available" if st.available else f"UNAVAILABLE: {st.reason}"
+    lines = [f"policy network={st.network_mode}: backend {st.backend}: {verdict}"]
+    if st.detail:
+        lines.append(f"  {st.detail}")
+    if st.host:
+        facts = ", ".join(f"{k}={'yes' if v is True else 'no' if v is False else v}" for k, v in st.host.items())
+        lines.append(f"host: {facts}")
+    for name, bs in st.backends.items():
+        head = "ok" if bs.available else f"no   {bs.reason}"
+        extra = ", ".join(f"{k} {v}" for k, v in sorted(bs.info.items()) if v not in (None, ""))
+        lines.append("")
+        lines.append(f"{name:<8} {head}" + (f"  ({extra})" if extra else ""))
+        rows = [(f"  {c.name}", c) for c in bs.capabilities] + \
+               [(f"  network {mode}", c) for mode, c in bs.network.items()]
+        for label, cap in rows:
+            if cap.available:
+                lines.append(f"{label:<18} ok")
+            else:
+                detail = f"  {cap.detail}" if cap.detail and cap.detail != bs.detail else ""
+                lines.append(f"{label:<18} no   {cap.reason}{detail}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

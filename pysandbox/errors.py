@@ -1,0 +1,170 @@
+"""One error tree for the whole library, each error carrying a stable reason code.
+
+SandboxError
+├─ PolicyError(ValueError)             invalid policy; BwrapArgumentError
+├─ BackendUnavailable(RuntimeError)    BwrapNotFound, SetuidRejected, NativeModuleMissing,
+│                                      BwrapOptionUnsupported, BwrapProbeFailed
+├─ CapabilityUnavailable(OSError)      UserNamespaceUnavailable, NetworkNamespaceUnavailable, ...
+└─ SetupError(OSError)                 .stage .op .errno .filename
+
+Tests assert on ``.reason``, never on the message text.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Reason(str, enum.Enum):
+    """Stable snake_case reason codes. Never reuse one for another meaning."""
+
+    # host capabilities
+    USER_NAMESPACE_UNAVAILABLE = "user_namespace_unavailable"
+    MOUNT_NAMESPACE_UNAVAILABLE = "mount_namespace_unavailable"
+    PID_NAMESPACE_UNAVAILABLE = "pid_namespace_unavailable"
+    NETWORK_NAMESPACE_UNAVAILABLE = "network_namespace_unavailable"
+    LOOPBACK_SETUP_FAILED = "loopback_setup_failed"
+    PROC_MOUNT_FAILED = "proc_mount_failed"
+    SECCOMP_UNAVAILABLE = "seccomp_unavailable"
+    # backends
+    NATIVE_MODULE_MISSING = "native_module_missing"
+    BWRAP_NOT_FOUND = "bwrap_not_found"
+    BWRAP_SETUID_REJECTED = "bwrap_setuid_rejected"
+    BWRAP_PROBE_FAILED = "bwrap_probe_failed"
+    BWRAP_OPTION_UNSUPPORTED = "bwrap_option_unsupported"
+    BWRAP_IN_WRITABLE_PATH = "bwrap_in_writable_path"
+    NETWORK_MODE_UNSUPPORTED = "network_mode_unsupported"
+    # launch
+    SETUP_FAILED = "setup_failed"
+    PARENT_DIED = "parent_died"
+    # policy (user input)
+    INVALID_PATH = "invalid_path"
+    BIND_SOURCE_MISSING = "bind_source_missing"
+    MOUNT_POINT_MISSING = "mount_point_missing"
+    INVALID_MODE = "invalid_mode"
+    INVALID_SIZE = "invalid_size"
+    INVALID_VALUE = "invalid_value"
+    CONFLICTING_OPTIONS = "conflicting_options"
+    BWRAP_ARGUMENT_INVALID = "bwrap_argument_invalid"
+
+    def __str__(self) -> str:  # so f"{reason}" prints the code
+        return self.value
+
+
+class SandboxError(Exception):
+    """Base of every pysandbox error. ``reason`` is a :class:`Reason`."""
+
+    default_reason: Reason = Reason.SETUP_FAILED
+
+    def __init__(self, message: str, reason: Reason | None = None, **details):
+        super().__init__(message)
+        self.reason = Reason(reason) if reason is not None else self.default_reason
+        self.details = details
+
+    def __str__(self) -> str:
+        return f"{self.reason.value}: {self.args[0] if self.args else ''}"
+
+
+class PolicyError(SandboxError, ValueError):
+    """The policy is invalid; ``value`` holds the offending input."""
+
+    default_reason = Reason.INVALID_VALUE
+
+    def __init__(self, message: str, reason: Reason | None = None, value=None):
+        super().__init__(message, reason)
+        self.value = value
+
+
+class BwrapArgumentError(PolicyError):
+    """A bubblewrap command line could not be parsed (bwrap_compat)."""
+
+    default_reason = Reason.BWRAP_ARGUMENT_INVALID
+
+
+class BackendUnavailable(SandboxError, RuntimeError):
+    """The chosen backend cannot run here."""
+
+
+class BwrapNotFound(BackendUnavailable):
+    default_reason = Reason.BWRAP_NOT_FOUND
+
+
+class SetuidRejected(BackendUnavailable):
+    default_reason = Reason.BWRAP_SETUID_REJECTED
+
+
+class BwrapOptionUnsupported(BackendUnavailable):
+    default_reason = Reason.BWRAP_OPTION_UNSUPPORTED
+
+
+class BwrapProbeFailed(BackendUnavailable):
+    default_reason = Reason.BWRAP_PROBE_FAILED
+
+
+class NativeModuleMissing(BackendUnavailable):
+    default_reason = Reason.NATIVE_MODULE_MISSING
+
+
+class CapabilityUnavailable(SandboxError, OSError):
+    """The host cannot provide an isolation the policy asks for."""
+
+    def __init__(self, message: str, reason: Reason | None = None, errno: int | None = None, **details):
+        SandboxError.__init__(self, message, reason, **details)
+        self.errno = errno
+        self.strerror = message
+
+
+class UserNamespaceUnavailable(CapabilityUnavailable):
+    default_reason = Reason.USER_NAMESPACE_UNAVAILABLE
+
+
+class NetworkNamespaceUnavailable(CapabilityUnavailable):
+    default_reason = Reason.NETWORK_NAMESPACE_UNAVAILABLE
+
+
+class NetworkModeUnsupported(CapabilityUnavailable):
+    default_reason = Reason.NETWORK_MODE_UNSUPPORTED
+
+
+class SetupError(SandboxError, OSError):
+    """A setup step failed after the launch began; the command never ran.
+
+    ``stage`` names the step (``"bind"``, ``"proc"``, ...), ``op`` its index in the
+    plan (or None), ``errno`` the kernel's errno, ``filename`` the path involved.
+    """
+
+    def __init__(self, message: str, reason: Reason | None = None, *, stage: str | None = None,
+                 op: int | None = None, errno: int | None = None, filename: str | None = None):
+        SandboxError.__init__(self, message, reason)
+        self.stage = stage
+        self.op = op
+        self.errno = errno
+        self.strerror = message
+        self.filename = filename
+
+
+_BY_REASON: dict[Reason, type[SandboxError]] = {
+    Reason.USER_NAMESPACE_UNAVAILABLE: UserNamespaceUnavailable,
+    Reason.NETWORK_NAMESPACE_UNAVAILABLE: NetworkNamespaceUnavailable,
+    Reason.NETWORK_MODE_UNSUPPORTED: NetworkModeUnsupported,
+    Reason.MOUNT_NAMESPACE_UNAVAILABLE: CapabilityUnavailable,
+    Reason.PID_NAMESPACE_UNAVAILABLE: CapabilityUnavailable,
+    Reason.LOOPBACK_SETUP_FAILED: CapabilityUnavailable,
+    Reason.PROC_MOUNT_FAILED: CapabilityUnavailable,
+    Reason.SECCOMP_UNAVAILABLE: CapabilityUnavailable,
+    Reason.BWRAP_NOT_FOUND: BwrapNotFound,
+    Reason.BWRAP_SETUID_REJECTED: SetuidRejected,
+    Reason.BWRAP_OPTION_UNSUPPORTED: BwrapOptionUnsupported,
+    Reason.BWRAP_PROBE_FAILED: BwrapProbeFailed,
+    Reason.BWRAP_IN_WRITABLE_PATH: BackendUnavailable,
+    Reason.NATIVE_MODULE_MISSING: NativeModuleMissing,
+}
+
+
+def error_for(reason: Reason, message: str, **details) -> SandboxError:
+    """Build the error class that belongs to ``reason`` (the one mapping boundary)."""
+    cls = _BY_REASON.get(Reason(reason))
+    if cls is None:
+        return SetupError(message, reason, **{k: v for k, v in details.items()
+                                               if k in ("stage", "op", "errno", "filename")})
+    return cls(message, reason, **details) if issubclass(cls, CapabilityUnavailable) else cls(message, reason)

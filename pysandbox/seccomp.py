@@ -1,0 +1,259 @@
+"""A small, audited classic-BPF builder for seccomp filters, and pysandbox's built-in filters.
+
+Why a builder and not libseccomp: the filters pysandbox needs are two short
+programs (about twenty instructions each) whose every instruction is written out
+below and checked by tests. libseccomp would add a C library dependency to both
+backends (the native executor only loads finished programs; bwrap only reads
+them from a descriptor), and its generated programs are harder to audit for the
+two details that matter here: the arch check (x32, i386) and the 32-bit masked
+compare of the ioctl request. Caller-supplied classic BPF (for instance produced
+by libseccomp's ``seccomp_export_bpf``) passes through unchanged.
+
+The filters, applied after ``PR_SET_NO_NEW_PRIVS``, evaluated by the kernel on
+every system call of the command and of all its descendants:
+
+``tty_filter()`` (always loaded)
+    ``ioctl(fd, TIOCSTI, ...)`` and ``ioctl(fd, TIOCLINUX, ...)`` fail with EPERM.
+    The kernel's ioctl request is an ``unsigned int``: only the low 32 bits of the
+    argument are compared, so setting high bits cannot slip past (CVE-2019-10063,
+    flatpak). The x32 ABI (syscall numbers with bit 30 set on x86_64) is refused
+    with ENOSYS; the i386 ABI (``int 0x80``) gets the same ioctl check under its
+    own syscall numbers. Any other architecture is killed.
+
+``strict_unix_filter()`` (``Policy(strict_unix=True)``)
+    ``socket(AF_UNIX, ...)`` fails with EPERM; ``socketpair`` stays allowed, so
+    pipes-like pairs still work but no new Unix socket can connect to a path or
+    abstract name. On i386, ``socketcall(SYS_SOCKET, ...)`` hides its arguments in
+    memory that seccomp cannot read, so it is refused whole (EPERM).
+
+Raises in this module are :class:`CapabilityUnavailable` with reason
+``seccomp_unavailable`` (unsupported host architecture) and :class:`PolicyError`
+(malformed program).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import platform
+import struct
+
+from .errors import CapabilityUnavailable, PolicyError, Reason
+
+# <linux/filter.h>, <linux/bpf_common.h>
+BPF_LD_W_ABS = 0x20     # BPF_LD | BPF_W | BPF_ABS: A = seccomp_data[k]
+BPF_JEQ_K = 0x15        # BPF_JMP | BPF_JEQ | BPF_K
+BPF_JGE_K = 0x35        # BPF_JMP | BPF_JGE | BPF_K
+BPF_JA = 0x05           # BPF_JMP | BPF_JA
+BPF_RET_K = 0x06        # BPF_RET | BPF_K
+MAX_INSNS = 4096        # BPF_MAXINSNS
+
+# <linux/seccomp.h>
+RET_KILL_PROCESS = 0x80000000
+RET_ERRNO = 0x00050000
+RET_ALLOW = 0x7FFF0000
+
+# <linux/audit.h>
+AUDIT_ARCH_X86_64 = 0xC000003E
+AUDIT_ARCH_I386 = 0x40000003
+X32_SYSCALL_BIT = 0x40000000
+
+# struct seccomp_data { int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]; }
+OFF_NR = 0
+OFF_ARCH = 4
+
+
+def off_arg_low(index: int) -> int:
+    """Offset of the low 32 bits of ``args[index]`` (x86 is little-endian)."""
+    return 16 + 8 * index
+
+
+# syscall numbers: arch/x86/entry/syscalls/syscall_64.tbl and syscall_32.tbl
+NR = {
+    "x86_64": {"ioctl": 16, "socket": 41},
+    "i386": {"ioctl": 54, "socket": 359, "socketcall": 102},
+}
+SYS_SOCKET = 1          # socketcall(2) call number
+AF_UNIX = 1
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+DENIED_IOCTLS = (TIOCSTI, TIOCLINUX)
+SUPPORTED_MACHINES = ("x86_64",)
+
+
+def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+class Program:
+    """A classic BPF program with forward jumps to named labels.
+
+    ``jeq(k, true, false)``: the branches are labels or None (the next instruction).
+    ``assemble()`` resolves labels and refuses backward or too-long jumps.
+
+    Raises:
+        ValueError: (``label``, ``assemble``) a label defined twice, an undefined
+            label, a backward jump or one longer than 255 instructions.
+        PolicyError: (``assemble``) the assembled program fails :func:`validate`.
+    """
+
+    def __init__(self):
+        self._insns: list = []     # (code, jt, jf, k)
+        self._labels: dict = {}
+
+    def label(self, name: str) -> "Program":
+        if name in self._labels:
+            raise ValueError(f"label {name!r} defined twice")
+        self._labels[name] = len(self._insns)
+        return self
+
+    def load(self, offset: int) -> "Program":
+        self._insns.append((BPF_LD_W_ABS, None, None, offset))
+        return self
+
+    def jeq(self, k: int, true=None, false=None) -> "Program":
+        self._insns.append((BPF_JEQ_K, true, false, k))
+        return self
+
+    def jge(self, k: int, true=None, false=None) -> "Program":
+        self._insns.append((BPF_JGE_K, true, false, k))
+        return self
+
+    def ret(self, k: int) -> "Program":
+        self._insns.append((BPF_RET_K, None, None, k))
+        return self
+
+    def assemble(self) -> bytes:
+        out = []
+        for pc, (code, jt, jf, k) in enumerate(self._insns):
+            if code in (BPF_JEQ_K, BPF_JGE_K):
+                jt, jf = self._offset(pc, jt), self._offset(pc, jf)
+            else:
+                jt = jf = 0
+            out.append(_insn(code, jt, jf, k))
+        program = b"".join(out)
+        validate(program)
+        return program
+
+    def _offset(self, pc: int, target) -> int:
+        if target is None:
+            return 0
+        if target not in self._labels:
+            raise ValueError(f"undefined label {target!r}")
+        delta = self._labels[target] - pc - 1
+        if not 0 <= delta <= 255:
+            raise ValueError(f"jump from {pc} to {target!r} is backward or longer than 255")
+        return delta
+
+
+def errno_action(err: int) -> int:
+    return RET_ERRNO | (err & 0xFFFF)
+
+
+def check_machine(machine: str | None = None) -> str:
+    """The host machine if pysandbox has seccomp filters for it.
+
+    Raises:
+        CapabilityUnavailable: ``seccomp_unavailable`` on another architecture.
+    """
+    machine = machine or platform.machine()
+    if machine not in SUPPORTED_MACHINES:
+        raise CapabilityUnavailable(
+            f"pysandbox's built-in seccomp filters are written for {', '.join(SUPPORTED_MACHINES)}, "
+            f"not {machine}", Reason.SECCOMP_UNAVAILABLE)
+    return machine
+
+
+def _arch_dispatch(prog: Program) -> Program:
+    """Jump to ``x86_64`` or ``i386``; kill any other architecture; refuse x32."""
+    return (prog.load(OFF_ARCH)
+            .jeq(AUDIT_ARCH_X86_64, "x86_64")
+            .jeq(AUDIT_ARCH_I386, "i386")
+            .ret(RET_KILL_PROCESS)
+            .label("x86_64")
+            .load(OFF_NR)
+            .jge(X32_SYSCALL_BIT, "x32"))
+
+
+def tty_filter(machine: str | None = None) -> bytes:
+    """ioctl TIOCSTI and TIOCLINUX fail with EPERM on every ABI; x32 fails with ENOSYS.
+
+    Raises:
+        CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
+    """
+    check_machine(machine)
+    prog = _arch_dispatch(Program())
+    prog.jeq(NR["x86_64"]["ioctl"], "ioctl", "allow")
+    prog.label("i386").load(OFF_NR).jeq(NR["i386"]["ioctl"], "ioctl", "allow")
+    prog.label("ioctl").load(off_arg_low(1))        # the request: low 32 bits only
+    for request in DENIED_IOCTLS:
+        prog.jeq(request, "deny")
+    prog.label("allow").ret(RET_ALLOW)
+    prog.label("deny").ret(errno_action(_errno.EPERM))
+    prog.label("x32").ret(errno_action(_errno.ENOSYS))
+    return prog.assemble()
+
+
+def strict_unix_filter(machine: str | None = None) -> bytes:
+    """socket(AF_UNIX, ...) fails with EPERM (socketpair stays); i386 socketcall(SYS_SOCKET)
+    is refused whole; x32 fails with ENOSYS.
+
+    Raises:
+        CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
+    """
+    check_machine(machine)
+    prog = _arch_dispatch(Program())
+    prog.jeq(NR["x86_64"]["socket"], "socket", "allow")
+    (prog.label("i386").load(OFF_NR)
+         .jeq(NR["i386"]["socket"], "socket")
+         .jeq(NR["i386"]["socketcall"], "socketcall", "allow"))
+    prog.label("socketcall").load(off_arg_low(0)).jeq(SYS_SOCKET, "deny", "allow")
+    prog.label("socket").load(off_arg_low(0)).jeq(AF_UNIX, "deny", "allow")
+    prog.label("allow").ret(RET_ALLOW)
+    prog.label("deny").ret(errno_action(_errno.EPERM))
+    prog.label("x32").ret(errno_action(_errno.ENOSYS))
+    return prog.assemble()
+
+
+def validate(program: bytes) -> bytes:
+    """Check the shape of a classic BPF program: whole instructions, at most 4096, every
+    jump forward and inside the program, ending in a return. The kernel checks the
+    rest (opcodes, seccomp_data bounds) when it is loaded.
+
+    Raises:
+        PolicyError: ``invalid_value`` for a malformed program.
+    """
+    if not isinstance(program, (bytes, bytearray)) or not program or len(program) % 8:
+        raise PolicyError("a seccomp program is classic BPF: a non-empty multiple of 8 bytes",
+                          Reason.INVALID_VALUE, program)
+    count = len(program) // 8
+    if count > MAX_INSNS:
+        raise PolicyError(f"a seccomp program has at most {MAX_INSNS} instructions",
+                          Reason.INVALID_VALUE, count)
+    for pc in range(count):
+        code, jt, jf, k = struct.unpack_from("<HBBI", program, pc * 8)
+        if code & 0x07 == 0x05:   # BPF_JMP
+            targets = (pc + 1 + k,) if code == BPF_JA else (pc + 1 + jt, pc + 1 + jf)
+            if any(t >= count for t in targets):
+                raise PolicyError(f"seccomp instruction {pc} jumps outside the program",
+                                  Reason.INVALID_VALUE, pc)
+    last = struct.unpack_from("<H", program, (count - 1) * 8)[0]
+    if last & 0x07 != 0x06:       # BPF_RET
+        raise PolicyError("a seccomp program must end with a return", Reason.INVALID_VALUE, last)
+    return bytes(program)
+
+
+def disassemble(program: bytes) -> list[tuple[int, int, int, int]]:
+    """The instructions as (code, jt, jf, k) tuples, for tests and audits."""
+    return [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+
+
+def builtin_filters(strict_unix: bool = False, machine: str | None = None) -> tuple[bytes, ...]:
+    """The programs pysandbox loads for a policy: the tty filter always, strict-unix when asked.
+
+    Raises:
+        CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
+    """
+    progs = [tty_filter(machine)]
+    if strict_unix:
+        progs.append(strict_unix_filter(machine))
+    return tuple(progs)
