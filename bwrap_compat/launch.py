@@ -1,0 +1,216 @@
+"""Run a checked bwrap command line with pysandbox, and do around the launch what
+bwrap's monitor and init processes do: --info-fd and --json-status-fd output
+(written right after the clone, with the new namespaces' ids), --sync-fd kept
+open, --lock-file locks held, inherited
+descriptors passed through, the working directory chosen as bwrap chooses it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+
+from pysandbox import plan as P
+from pysandbox.errors import BwrapArgumentError, Reason
+from pysandbox.policy import Env
+from pysandbox.process import Popen, compiled
+
+from .mapping import Compat, to_policy
+from .parser import BwrapArgs
+
+
+def _err(message):
+    return BwrapArgumentError(message, Reason.BWRAP_ARGUMENT_INVALID, message)
+
+
+def sandbox_dir_exists(path: str, plan) -> bool:
+    """Whether ``path`` will be a directory in the sandbox (bwrap's chdir(old_cwd) test)."""
+    host, cover = P.host_path(path, plan.mount_ops)
+    if host is not None:
+        return os.path.isdir(host)
+    if cover is None:
+        return False
+    for op in plan.mount_ops:
+        dest = getattr(op, "dest", None)
+        if dest == path or (dest and dest.startswith(path.rstrip("/") + "/")):
+            return not isinstance(op, (P.WriteFile, P.MakeSymlink)) or dest != path
+    return path == getattr(cover, "dest", None)
+
+
+def working_dir(args: BwrapArgs, plan, env: dict) -> str:
+    """--chdir, else the caller's directory if the sandbox has it, else $HOME, else /."""
+    if args.chdir is not None:
+        return plan.policy.chdir
+    try:
+        old = os.getcwd()
+    except OSError:
+        old = None
+    if old and sandbox_dir_exists(old, plan):
+        return old
+    home = env.get("HOME")
+    if home and home.startswith("/") and sandbox_dir_exists(os.path.normpath(home), plan):
+        return os.path.normpath(home)
+    return "/"
+
+
+def inherited_fds(exclude) -> tuple[int, ...]:
+    """Descriptors above stderr without close-on-exec: bwrap's command inherits them."""
+    out = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return ()
+    for name in names:
+        fd = int(name)
+        if fd <= 2 or fd in exclude:
+            continue
+        try:
+            if fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC:
+                continue
+        except OSError:
+            continue   # the listing's own descriptor
+        out.append(fd)
+    return tuple(sorted(out))
+
+
+def take_locks(paths, plan) -> list[int]:
+    """Read locks on the host files behind sandbox ``paths`` (held until we exit)."""
+    held = []
+    for path in paths:
+        host, _ = P.host_path(path, plan.mount_ops)
+        if host is None:
+            raise _err(f"Unable to open lock file {path}: pybwrap can only lock a file backed by the host")
+        try:
+            fd = os.open(host, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _err(f"Unable to open lock file {path}: {os.strerror(exc.errno)}") from None
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise _err(f"Unable to lock file {path}: {os.strerror(exc.errno)}") from None
+        held.append(fd)
+    return held
+
+
+def namespace_ids(pid: int, names) -> list[tuple[str, int]]:
+    """(name, inode) of the sandbox's namespaces, bwrap's namespace_ids_read.
+
+    The sandbox's init may be non-dumpable (its /proc/PID/ns unreadable to an
+    unprivileged caller); its children, exec'd, are not: they are asked next."""
+    candidates = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            candidates += [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        pass
+    for cand in candidates:
+        out = []
+        for name in names:
+            try:
+                out.append((name, os.stat(f"/proc/{cand}/ns/{name}").st_ino))
+            except OSError:
+                break
+        else:
+            return out
+    return []
+
+
+def write_all(fd: int, text: str) -> None:
+    data = text.encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def info_document(pid: int, ids) -> str:
+    return "{\n    \"child-pid\": %i" % pid + "".join(",\n    \"%s-namespace\": %d" % i for i in ids) + "\n}\n"
+
+
+def json_status_document(pid: int, ids) -> str:
+    return "{ \"child-pid\": %i" % pid + "".join(", \"%s-namespace\": %d" % i for i in ids) + " }\n"
+
+
+def exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run(args: BwrapArgs, backend: str = "native") -> int:
+    """Launch ``args`` (already :func:`~bwrap_compat.parser.check`-ed) and wait for it.
+
+    Returns the exit status bwrap would return. Raises:
+        SandboxError: any setup failure (printed as ``bwrap: <message>``, exit 1).
+        OSError: an --info-fd/--json-status-fd write failed.
+    """
+    policy, compat = to_policy(args)
+    plan = compiled(policy, True)
+    env = policy.env.apply(os.environ)
+    cwd = working_dir(args, plan, env)
+    policy = policy.replace(chdir=cwd, env=Env(
+        clear=policy.env.clear, unset=policy.env.unset, set=tuple(policy.env.set) + (("PWD", cwd),)))
+    plan = compiled(policy, True)
+    if args.chdir is not None:
+        _check_chdir(policy.chdir, args.chdir, plan)
+    locks = take_locks(compat.lock_files, plan)
+    pass_fds = inherited_fds(set(compat.consumed_fds) | set(locks))
+    # The executor reads (and closes, in the sandbox) --block-fd and --userns-block-fd.
+    waits = (policy.block_fd, policy.userns_block_fd)
+    for fd in compat.consumed_fds:
+        if fd not in (compat.info_fd, compat.json_status_fd, compat.sync_fd) + waits:
+            _close(fd)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    command = list(args.command)
+
+    def started(pid: int) -> None:
+        # As bwrap's monitor, right after the clone and before the setup (which may be
+        # waiting for this very document: --userns-block-fd, --block-fd).
+        ids = namespace_ids(pid, compat.unshared)
+        if compat.info_fd is not None:
+            write_all(compat.info_fd, info_document(pid, ids))
+            _close(compat.info_fd)
+        if compat.json_status_fd is not None:
+            write_all(compat.json_status_fd, json_status_document(pid, ids))
+
+    reporting = compat.info_fd is not None or compat.json_status_fd is not None
+    try:
+        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, allow_host_mountpoints=True,
+                     on_start=started if reporting else None,
+                     close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
+    except FileNotFoundError:
+        raise _err(f"execvp {command[0]}: {os.strerror(errno.ENOENT)}") from None
+    except PermissionError:
+        raise _err(f"execvp {command[0]}: {os.strerror(errno.EACCES)}") from None
+    finally:
+        for fd in waits:
+            if fd is not None:
+                _close(fd)
+    code = exit_status(proc.wait())
+    if compat.json_status_fd is not None:
+        try:
+            write_all(compat.json_status_fd, "{ \"exit-code\": %i }\n" % code)
+        except OSError:
+            pass
+        _close(compat.json_status_fd)
+    for fd in locks:
+        _close(fd)
+    return code
+
+
+def _check_chdir(path: str, given: str, plan) -> None:
+    """bwrap's chdir failure, with its message, where the host can tell in advance."""
+    host, _ = P.host_path(path, plan.mount_ops)
+    if host is None:
+        return   # not backed by the host: the executor's chdir decides
+    if not os.path.lexists(host):
+        raise _err(f"Can't chdir to {given}: {os.strerror(errno.ENOENT)}")
+    if not os.path.isdir(host):
+        raise _err(f"Can't chdir to {given}: {os.strerror(errno.ENOTDIR)}")
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
