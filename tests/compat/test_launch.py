@@ -1,0 +1,308 @@
+"""What pybwrap does around the launch, each checked against /usr/bin/bwrap doing the same:
+--lock-file held while the sandbox runs, --sync-fd kept open until it ends,
+--json-status-fd / --info-fd documents, the exit status of a signalled command,
+--userns-block-fd (the caller writes the id maps, as bwrap's demo) and --block-fd
+after the documents."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import select
+import subprocess
+import sys
+
+import pytest
+
+from tests.compat.harness import BWRAP, PYBWRAP
+from tests.support import host_capability, need
+
+TOOLS = {"bwrap": [BWRAP], "pybwrap": PYBWRAP}
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C"}
+
+
+@pytest.fixture(params=sorted(TOOLS))
+def tool(request):
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+    if not os.access(BWRAP, os.X_OK):
+        need("bwrap", f"{BWRAP} is missing")
+    return TOOLS[request.param]
+
+
+def _start(tool, args, **kw):
+    return subprocess.Popen(tool + ["--ro-bind", "/", "/"] + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=ENV, **kw)
+
+
+def _write_lock_blocked(path) -> bool:
+    """Whether another process is refused a write lock on ``path`` right now."""
+    code = ("import fcntl,os,sys\nfd=os.open(sys.argv[1],os.O_RDWR)\n"
+            "try:\n fcntl.lockf(fd,fcntl.LOCK_EX|fcntl.LOCK_NB)\nexcept OSError:\n sys.exit(3)\n")
+    return subprocess.run([sys.executable, "-c", code, str(path)], timeout=30).returncode == 3
+
+
+def test_lock_file_held_while_the_sandbox_runs(tool, tmp_path):
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    assert not _write_lock_blocked(lock)                       # control: free before
+    proc = _start(tool, ["--lock-file", str(lock), "sh", "-c", "echo up; read x"])
+    try:
+        assert proc.stdout.readline() == b"up\n"
+        assert _write_lock_blocked(lock)                       # held while it runs
+    finally:
+        proc.communicate(b"done\n", timeout=30)
+    assert proc.returncode == 0
+    assert not _write_lock_blocked(lock)                       # released after
+
+
+def test_sync_fd_open_until_the_sandbox_ends(tool):
+    r, w = os.pipe()
+    try:
+        proc = _start(tool, ["--sync-fd", str(w), "sh", "-c", "echo up; read x; ls /proc/self/fd"], pass_fds=[w])
+        os.close(w)
+        w = -1
+        assert proc.stdout.readline() == b"up\n"
+        ready, _, _ = select.select([r], [], [], 0)
+        assert not ready                                       # still open: no EOF yet
+        out, err = proc.communicate(b"done\n", timeout=30)
+        assert proc.returncode == 0, err
+        assert os.read(r, 1) == b""                            # EOF once the sandbox is gone
+        fds = {int(x) for x in out.split()}
+        assert not fds - {0, 1, 2, 3}                          # the sync fd is not inherited by the command
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+
+
+def _status_docs(tool, command):
+    """Run ``command`` (it waits for a line on stdin first); the --json-status-fd documents.
+    The line is sent only once the first document is read: the namespaces are read
+    from the live sandbox (see README, "Needs native support")."""
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen(tool + ["--unshare-pid", "--ro-bind", "/", "/", "--json-status-fd", str(w)]
+                                + command, pass_fds=[w], env=ENV, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.close(w)
+        w = -1
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            data += chunk
+        proc.communicate(b"go\n", timeout=60)
+        while chunk := os.read(r, 4096):
+            data += chunk
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+    return proc, [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+
+def test_json_status_documents_match_bwrap():
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+    for command, code in ((["sh", "-c", "read x; exit 5"], 5), (["sh", "-c", "read x; kill -KILL $$"], 137)):
+        results = {name: _status_docs(t, command) for name, t in TOOLS.items()}
+        for name, (done, docs) in results.items():
+            assert done.returncode == code, (name, done)
+            assert [sorted(d) for d in docs] == [["child-pid", "mnt-namespace", "pid-namespace"], ["exit-code"]], (
+                name, docs)
+            assert docs[1]["exit-code"] == code
+            assert isinstance(docs[0]["child-pid"], int) and docs[0]["child-pid"] > 1
+
+
+def test_info_fd_text_matches_bwrap_layout():
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+    layouts = {}
+    for name, t in TOOLS.items():
+        r, w = os.pipe()
+        proc = subprocess.Popen(t + ["--unshare-net", "--ro-bind", "/", "/", "--info-fd", str(w), "sh", "-c",
+                                     "read x"], pass_fds=[w], env=ENV, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.close(w)
+        text = b""
+        while chunk := os.read(r, 65536):    # bwrap closes the info fd after writing: EOF
+            text += chunk
+        text = text.decode()
+        os.close(r)
+        proc.communicate(b"go\n", timeout=60)
+        assert proc.returncode == 0, proc
+        layouts[name] = [line.split(":")[0] for line in text.splitlines()]
+        json.loads(text)
+    assert layouts["bwrap"] == layouts["pybwrap"] == ["{", '    "child-pid"', '    "mnt-namespace"',
+                                                      '    "net-namespace"', "}"]
+
+
+def test_setup_failure_is_exit_1_with_bwrap_prefix(tool):
+    done = subprocess.run(tool + ["--ro-bind", "/nonexistent-src", "/", "true"], env=ENV, capture_output=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith(b"bwrap: Can't find source path /nonexistent-src")
+
+
+def _info_then(tool, args, command, release):
+    """Start ``tool`` with an --info-fd and a block descriptor (fd numbers filled into
+    ``args`` as {info} and {block}); read the info document (EOF: bwrap closes it),
+    call ``release(doc, block_w, proc)``, then wait. Returns (doc, rc, stdout)."""
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    argv = [a.format(info=info_w, block=block_r) for a in args]
+    proc = subprocess.Popen(tool + argv + command, pass_fds=(info_w, block_r), env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(info_w)
+    os.close(block_r)
+    try:
+        text = b""
+        for _ in range(100):                 # bounded: a document is a few hundred bytes
+            if not select.select([info_r], [], [], 30)[0]:
+                break
+            chunk = os.read(info_r, 65536)
+            if not chunk:
+                break
+            text += chunk
+        doc = json.loads(text)
+        release(doc, block_w, proc)
+    finally:
+        os.close(block_w)
+        os.close(info_r)
+        out, err = proc.communicate(timeout=60)
+    return doc, proc.returncode, out.decode(), err.decode()
+
+
+def _write_maps(pid: int, uid: int, gid: int) -> None:
+    with open(f"/proc/{pid}/setgroups", "w") as f:
+        f.write("deny")
+    with open(f"/proc/{pid}/uid_map", "w") as f:
+        f.write(f"{uid} {os.getuid()} 1\n")
+    with open(f"/proc/{pid}/gid_map", "w") as f:
+        f.write(f"{gid} {os.getgid()} 1\n")
+
+
+def test_userns_block_fd_waits_for_the_callers_maps():
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+    seen = {}
+    for name, t in TOOLS.items():
+        def release(doc, block_w, proc):
+            pid = doc["child-pid"]
+            # control: the setup is waiting before its id maps: none written yet
+            with open(f"/proc/{pid}/uid_map") as f:
+                assert f.read() == "", name
+            _write_maps(pid, 0, 0)
+            os.write(block_w, b"1")
+
+        doc, rc, out, err = _info_then(t, ["--unshare-user", "--unshare-pid", "--userns-block-fd", "{block}",
+                                           "--info-fd", "{info}", "--ro-bind", "/", "/", "--proc", "/proc"],
+                                       ["sh", "-c", "cat /proc/self/uid_map /proc/self/gid_map; id -u; id -g"],
+                                       release)
+        assert rc == 0, (name, err)
+        seen[name] = ([" ".join(line.split()) for line in out.splitlines()], sorted(doc))
+    assert seen["bwrap"] == seen["pybwrap"]
+    assert seen["pybwrap"][0] == [f"0 {os.getuid()} 1", f"0 {os.getgid()} 1", "0", "0"]
+
+
+def test_block_fd_holds_the_command_until_written():
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+    for name, t in TOOLS.items():
+        def release(doc, block_w, proc):
+            # The sandbox exists (its pid is alive) but the command has not run: no
+            # output within half a second; after the write it runs at once.
+            os.kill(doc["child-pid"], 0)
+            assert not select.select([proc.stdout], [], [], 0.5)[0], name
+            os.write(block_w, b"1")
+
+        doc, rc, out, err = _info_then(t, ["--unshare-pid", "--block-fd", "{block}", "--info-fd", "{info}",
+                                           "--ro-bind", "/", "/"], ["sh", "-c", "echo ran"], release)
+        assert rc == 0 and out == "ran\n", (name, err)
+
+
+JOIN_REPORT = ["sh", "-c", "readlink /proc/self/ns/user /proc/self/ns/pid; cat /proc/1/comm; id -u; "
+               "grep -E '^CapEff' /proc/self/status | tr -d '\\t'"]
+
+
+def _joined(tool, args, fds):
+    """Run ``tool`` with --userns/--pidns/--userns2 descriptors (``{name}`` in ``args``
+    filled from ``fds``) and --info-fd; returns (rc, report lines, stderr, pid ns of
+    the info document's child-pid while it was alive: read before the command ends)."""
+    info_r, info_w = os.pipe()
+    go_r, go_w = os.pipe()
+    argv = [a.format(info=info_w, **fds) for a in args]
+    command = ["sh", "-c", f"cat /proc/self/fd/{go_r} >/dev/null; " + JOIN_REPORT[2]]
+    proc = subprocess.Popen(tool + argv + ["--ro-bind", "/", "/", "--proc", "/proc"] + command,
+                            pass_fds=(info_w, go_r, *fds.values()), env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(info_w)
+    os.close(go_r)
+    try:
+        text = b""
+        for _ in range(100):                 # bounded: a document is a few hundred bytes
+            if not select.select([info_r], [], [], 30)[0]:
+                break
+            chunk = os.read(info_r, 65536)
+            if not chunk:
+                break
+            text += chunk
+        child_ns = None
+        if text:
+            child_ns = os.readlink(f"/proc/{json.loads(text)['child-pid']}/ns/pid")
+    finally:
+        os.close(go_w)                       # the command goes on (EOF) only now
+        os.close(info_r)
+        out, err = proc.communicate(timeout=60)
+    return proc.returncode, out.decode().split(), err.decode(), child_ns
+
+
+def _need_native():
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+
+
+def test_joined_namespaces_match_bwrap():
+    """--userns and --pidns (the holder's, made by `unshare -Urpf`), with and without a
+    new pid namespace inside: the same namespaces, ids and capabilities as bwrap, and
+    --info-fd's child-pid is the process in the joined pid namespace (bwrap forks into
+    it and reports the real pid)."""
+    from tests.nsholder import holder
+    _need_native()
+    with holder() as h:
+        fds = {"u": h.user, "p": h.pid}
+        for extra, same_pid in (([], True), (["--unshare-pid"], False)):
+            seen = {}
+            for name, t in TOOLS.items():
+                rc, lines, err, child_ns = _joined(t, ["--userns", "{u}", "--pidns", "{p}", "--info-fd", "{info}"]
+                                                   + extra, fds)
+                assert rc == 0, (name, extra, err)
+                user, pid, comm1, uid, capeff = lines
+                assert user == h.ids["user"] and (pid == h.ids["pid"]) == same_pid, (name, extra, lines)
+                assert (comm1 == "sleep") == same_pid, (name, extra, lines)
+                assert child_ns is not None and (child_ns == h.ids["pid"]) == same_pid, (name, extra, child_ns)
+                seen[name] = (uid, capeff)
+            assert seen["bwrap"] == seen["pybwrap"], extra
+        assert os.readlink(f"/proc/{h.sleeper}/ns/pid") == h.ids["pid"]   # the holder lives on
+
+
+def test_userns2_matches_bwrap():
+    from tests.nsholder import holder
+    _need_native()
+    with holder(inner_user=True) as h:
+        seen = {}
+        for name, t in TOOLS.items():
+            rc, lines, err, _ = _joined(t, ["--userns", "{u}", "--userns2", "{u2}", "--info-fd", "{info}"],
+                                        {"u": h.user, "u2": h.user2})
+            assert rc == 0, (name, err)
+            seen[name] = [lines[0], lines[3], lines[4]]
+        assert seen["bwrap"] == seen["pybwrap"] == [h.ids["user2"], "65534", "CapEff:0000000000000000"], seen

@@ -1,0 +1,196 @@
+"""Load seccomp programs in a forked child of the test (no sandbox) and run probes there.
+
+Used to test the filters' instructions on the real kernel, independently of the
+backends: the same probe runs once without the filter (the control: it must
+succeed) and once with it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import pickle
+import struct
+import termios
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+MAP_32BIT = 0x40
+TIOCSTI = termios.TIOCSTI
+TIOCSCTTY = termios.TIOCSCTTY
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load(programs) -> None:
+    """In the current process: no_new_privs, then each program. Raises OSError."""
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+    for prog in programs:
+        buf = ctypes.create_string_buffer(prog, len(prog))
+        fprog = SockFprog(len(prog) // 8, ctypes.addressof(buf))
+        if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_SECCOMP")
+
+
+def in_child(programs, probe, timeout: float = 20.0):
+    """Run ``probe()`` in a forked child after loading ``programs``; return its result
+    (or re-raise its exception as RuntimeError)."""
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns to pytest
+        status = 0
+        try:
+            os.close(rfd)
+            load(programs)
+            payload = pickle.dumps(("ok", probe()))
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            payload = pickle.dumps(("error", repr(exc)))
+            status = 1
+        try:
+            os.write(wfd, payload)
+        finally:
+            os._exit(status)
+    os.close(wfd)
+    import select
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([rfd], [], [], timeout)
+            if not ready:
+                os.kill(pid, 9)
+                raise TimeoutError("probe child did not answer")
+            chunk = os.read(rfd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(rfd)
+        _, wstatus = os.waitpid(pid, 0)
+    if not chunks:
+        raise RuntimeError(f"probe child died without answering: wait status {wstatus:#x}")
+    kind, value = pickle.loads(b"".join(chunks))
+    if kind != "ok":
+        raise RuntimeError(value)
+    return value
+
+
+def _errno_of(ret: int) -> int:
+    return 0 if ret >= 0 else ctypes.get_errno()
+
+
+def sti_probe(via: str):
+    """Make a new session with a fresh pty as controlling terminal, push one byte into
+    it with TIOCSTI (``via``: libc, high_bits, int80), return (result errno, bytes the
+    master read)."""
+    def probe():
+        os.setsid()
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, TIOCSCTTY, 0)
+        attrs = termios.tcgetattr(slave)
+        attrs[3] &= ~(termios.ICANON | termios.ECHO)
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        ch = ctypes.c_char(b"Z")
+        if via == "libc":
+            ctypes.set_errno(0)
+            err = _errno_of(libc.ioctl(slave, ctypes.c_ulong(TIOCSTI), ctypes.byref(ch)))
+        elif via == "high_bits":
+            ctypes.set_errno(0)
+            ret = libc.syscall(ctypes.c_long(16), ctypes.c_long(slave),
+                               ctypes.c_ulong(TIOCSTI | (0x1 << 32)), ctypes.byref(ch))
+            err = _errno_of(ret)
+        elif via == "int80":
+            err = int80_ioctl(slave, TIOCSTI, b"Z")
+        else:
+            raise ValueError(via)
+        os.set_blocking(slave, False)
+        try:
+            got = os.read(slave, 16)
+        except BlockingIOError:
+            got = b""
+        return err, got
+    return probe
+
+
+# x86-64 machine code: int f(int fd, unsigned req, unsigned ptr) doing ioctl through the
+# i386 entry (int 0x80, syscall 54), returning the raw result (-errno on failure).
+_INT80_IOCTL = bytes([
+    0x53,                          # push rbx
+    0xB8, 0x36, 0x00, 0x00, 0x00,  # mov eax, 54 (i386 ioctl)
+    0x89, 0xFB,                    # mov ebx, edi
+    0x89, 0xF1,                    # mov ecx, esi
+    0xCD, 0x80,                    # int 0x80 (edx already holds ptr)
+    0x5B,                          # pop rbx
+    0xC3,                          # ret
+])
+# int f(void): i386 getpid (20) through int 0x80
+_INT80_GETPID = bytes([0x53, 0xB8, 0x14, 0x00, 0x00, 0x00, 0xCD, 0x80, 0x5B, 0xC3])
+
+
+def _low_mapping(size: int = 4096):
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    addr = libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_32BIT, -1, 0)
+    if addr in (None, ctypes.c_void_p(-1).value) or addr >= 2**32:
+        raise OSError(ctypes.get_errno(), "mmap MAP_32BIT")
+    return addr
+
+
+def int80_ioctl(fd: int, request: int, data: bytes) -> int:
+    """ioctl(fd, request, data) through int 0x80; 0 or the errno."""
+    page = _low_mapping()
+    ctypes.memmove(page, _INT80_IOCTL, len(_INT80_IOCTL))
+    ctypes.memmove(page + 2048, data, len(data))
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint)(page)
+    ret = fn(fd, request, page + 2048)
+    return 0 if ret >= 0 else -ret
+
+
+def int80_getpid() -> int:
+    page = _low_mapping()
+    ctypes.memmove(page, _INT80_GETPID, len(_INT80_GETPID))
+    return ctypes.CFUNCTYPE(ctypes.c_int)(page)()
+
+
+def x32_getpid() -> int:
+    """getpid through the x32 ABI; the pid or -errno."""
+    ctypes.set_errno(0)
+    ret = libc.syscall(ctypes.c_long(0x40000000 | 39))
+    return ret if ret >= 0 else -ctypes.get_errno()
+
+
+def unix_socket_probe():
+    import socket
+    out = {}
+    try:
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+        out["socket_unix"] = 0
+    except OSError as exc:
+        out["socket_unix"] = exc.errno
+    try:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        a.sendall(b"x")
+        out["socketpair"] = b.recv(1)
+        a.close()
+        b.close()
+    except OSError as exc:
+        out["socketpair"] = exc.errno
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+        out["socket_inet"] = 0
+    except OSError as exc:
+        out["socket_inet"] = exc.errno
+    return out
+
+
+EPERM = errno.EPERM
+ENOSYS = errno.ENOSYS

@@ -1,0 +1,148 @@
+"""The built-in seccomp programs on the real kernel, outside any sandbox.
+
+Each probe runs in a forked child twice: without the filter (the control: the
+attack works on this host) and with it (refused with the filter's errno).
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+
+import pytest
+
+import pysandbox
+from pysandbox import plan, seccomp
+from tests.security import bpf_harness as h
+from tests.support import need, not_applicable
+
+
+def _require_tiocsti_control(via):
+    err, got = h.in_child([], h.sti_probe(via))
+    if (err, got) != (0, b"Z"):
+        need("tiocsti", f"TIOCSTI via {via} does not work on this host even unfiltered "
+                        f"(errno {err}; dev.tty.legacy_tiocsti=0?)")
+
+
+@pytest.mark.parametrize("via", ["libc", "high_bits"])
+def test_tiocsti_refused_x86_64(via):
+    _require_tiocsti_control(via)
+    assert h.in_child([seccomp.tty_filter()], h.sti_probe(via)) == (errno.EPERM, b"")
+
+
+def test_tiocsti_refused_through_int80():
+    if h.in_child([], h.int80_getpid) <= 0:
+        not_applicable("the kernel has no i386 entry (IA32 emulation off): int 0x80 cannot bypass")
+    _require_tiocsti_control("int80")
+    assert h.in_child([seccomp.tty_filter()], h.sti_probe("int80")) == (errno.EPERM, b"")
+
+
+def _tioclinux_probe(high_bits):
+    def probe():
+        import ctypes
+        import os
+        master, slave = os.openpty()
+        arg = ctypes.c_char(b"\x06")
+        req = seccomp.TIOCLINUX | ((1 << 32) if high_bits else 0)
+        ctypes.set_errno(0)
+        ret = h.libc.syscall(ctypes.c_long(16), ctypes.c_long(slave), ctypes.c_ulong(req), ctypes.byref(arg))
+        return 0 if ret >= 0 else ctypes.get_errno()
+    return probe
+
+
+@pytest.mark.parametrize("high_bits", [False, True])
+def test_tioclinux_refused(high_bits):
+    # A pty is not a VT: unfiltered, the kernel answers ENOTTY (the request reached it).
+    assert h.in_child([], _tioclinux_probe(high_bits)) == errno.ENOTTY
+    assert h.in_child([seccomp.tty_filter()], _tioclinux_probe(high_bits)) == errno.EPERM
+
+
+def _other_ioctls():
+    import fcntl
+    import os
+    import termios
+    master, slave = os.openpty()
+    size = fcntl.ioctl(slave, termios.TIOCGWINSZ, b"\0" * 8)
+    os.write(master, b"abc")
+    pending = struct.unpack("i", fcntl.ioctl(slave, termios.FIONREAD, b"\0" * 4))[0]
+    return len(size), os.getpid() > 0, pending >= 0
+
+
+def test_other_ioctls_and_syscalls_pass():
+    assert h.in_child([seccomp.tty_filter(), seccomp.strict_unix_filter()], _other_ioctls) == (8, True, True)
+
+
+def test_x32_abi_refused():
+    if h.in_child([], h.x32_getpid) < 0:
+        not_applicable("the kernel has no x32 ABI (CONFIG_X86_X32_ABI off): nothing to bypass with")
+    assert h.in_child([seccomp.tty_filter()], h.x32_getpid) == -errno.ENOSYS
+    assert h.in_child([seccomp.strict_unix_filter()], h.x32_getpid) == -errno.ENOSYS
+
+
+def test_strict_unix_refuses_af_unix_keeps_socketpair():
+    assert h.in_child([], h.unix_socket_probe) == {"socket_unix": 0, "socketpair": b"x", "socket_inet": 0}
+    assert h.in_child([seccomp.strict_unix_filter()], h.unix_socket_probe) == {
+        "socket_unix": errno.EPERM, "socketpair": b"x", "socket_inet": 0}
+
+
+def _int80_socket_probe():
+    """socket(AF_UNIX) and socketcall(SYS_SOCKET) through int 0x80; errnos."""
+    import ctypes
+    code = bytes([0x53, 0x89, 0xF8, 0x89, 0xF3, 0x87, 0xCA, 0xCD, 0x80, 0x5B, 0xC3])
+    # push rbx; mov eax,edi; mov ebx,esi; xchg edx,ecx; int 0x80; pop rbx; ret
+    page = h._low_mapping()
+    ctypes.memmove(page, code, len(code))
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint)(page)
+    args = (ctypes.c_uint * 3)(1, 1, 0)        # AF_UNIX, SOCK_STREAM, 0
+    ctypes.memmove(page + 2048, args, 12)
+    direct = fn(359, 1, 1, 0)                  # socket(AF_UNIX, SOCK_STREAM, 0): ebx, ecx, edx
+    via_socketcall = fn(102, 1, page + 2048, 0)   # socketcall(SYS_SOCKET, args)
+    return [0 if r >= 0 else -r for r in (direct, via_socketcall)]
+
+
+def test_strict_unix_refuses_int80_socket_and_socketcall():
+    if h.in_child([], h.int80_getpid) <= 0:
+        not_applicable("the kernel has no i386 entry (IA32 emulation off)")
+    assert h.in_child([], _int80_socket_probe) == [0, 0]
+    assert h.in_child([seccomp.strict_unix_filter()], _int80_socket_probe) == [errno.EPERM, errno.EPERM]
+
+
+def test_other_architecture_is_refused_by_the_builder():
+    with pytest.raises(pysandbox.CapabilityUnavailable) as info:
+        seccomp.tty_filter(machine="aarch64")
+    assert info.value.reason == pysandbox.Reason.SECCOMP_UNAVAILABLE
+
+
+def test_programs_start_with_the_arch_check_and_kill_unknown_arches():
+    for prog in (seccomp.tty_filter(), seccomp.strict_unix_filter()):
+        insns = seccomp.disassemble(prog)
+        assert insns[0] == (seccomp.BPF_LD_W_ABS, 0, 0, seccomp.OFF_ARCH)
+        assert insns[3] == (seccomp.BPF_RET_K, 0, 0, seccomp.RET_KILL_PROCESS)
+        # the ioctl request / socket domain is read as one 32-bit word at the low half
+        loads = {k for code, _, _, k in insns if code == seccomp.BPF_LD_W_ABS}
+        assert loads <= {seccomp.OFF_ARCH, seccomp.OFF_NR, seccomp.off_arg_low(0), seccomp.off_arg_low(1)}
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x06\x00\x00\x00\x00\x00\xff\x7f\x00",
+                                 seccomp._insn(seccomp.BPF_JEQ_K, 5, 0, 1) + seccomp._insn(seccomp.BPF_RET_K, 0, 0, 0),
+                                 seccomp._insn(seccomp.BPF_LD_W_ABS, 0, 0, 0)])
+def test_validate_rejects_malformed(bad):
+    with pytest.raises(pysandbox.PolicyError) as info:
+        seccomp.validate(bad)
+    assert info.value.reason == pysandbox.Reason.INVALID_VALUE
+
+
+def _ops(policy):
+    return [op.program for op in plan.compile(policy).ops if isinstance(op, plan.Seccomp)]
+
+
+def test_plan_always_carries_the_tty_filter_and_strict_only_when_asked():
+    caller = seccomp._insn(seccomp.BPF_RET_K, 0, 0, seccomp.RET_ALLOW)
+    shared = pysandbox.Policy.default(new_session=False, network="allow")
+    assert _ops(shared) == [seccomp.tty_filter()]
+    strict = pysandbox.Policy.default(strict_unix=True, seccomp=(caller,))
+    assert _ops(strict) == [caller, seccomp.tty_filter(), seccomp.strict_unix_filter()]
+    # the filters come after no_new_privs
+    ops = plan.compile(strict).ops
+    nnp = next(i for i, op in enumerate(ops) if isinstance(op, plan.NoNewPrivs))
+    assert all(i > nnp for i, op in enumerate(ops) if isinstance(op, plan.Seccomp))

@@ -1,0 +1,69 @@
+"""Helpers shared by the test directories.
+
+``need(cap)`` skips with the reason the host lacks ``cap``; under
+``PYSANDBOX_MUST_WORK=1`` (CI) that skip is a failure. ``not_applicable(why)``
+is a skip that stays a skip (a negative twin on a host that has the capability).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+MUST_WORK = os.environ.get("PYSANDBOX_MUST_WORK") == "1"
+NEEDS_PREFIX = "needs "
+
+
+def need(cap: str, why: str) -> None:
+    """Skip (or, under PYSANDBOX_MUST_WORK=1, fail) because the host lacks ``cap``."""
+    msg = f"{NEEDS_PREFIX}{cap}: {why}"
+    if MUST_WORK:
+        pytest.fail(f"PYSANDBOX_MUST_WORK=1 and {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+def not_applicable(why: str) -> None:
+    pytest.skip(f"not applicable here: {why}")
+
+
+@functools.lru_cache(maxsize=None)
+def host_capability(cap: str) -> str | None:
+    """None when the host has ``cap``, else why not. Probes run in throwaway children."""
+    if cap == "root":
+        return None if os.geteuid() == 0 else "runs as an unprivileged user"
+    if cap == "nonroot":
+        return None if os.geteuid() != 0 else "runs as root"
+    if cap == "bwrap":
+        from pysandbox import status
+        st = status(backend="bwrap")
+        return None if st.available else f"bwrap backend unavailable: {st.reason} {st.detail}".strip()
+    if cap == "native":
+        from pysandbox import status
+        st = status(backend="native")
+        return None if st.available else f"native backend unavailable: {st.reason} {st.detail}".strip()
+    if cap in ("userns", "netns"):
+        flags = ["-U"] if cap == "userns" else ["-U", "-r", "-n"]
+        tool = shutil.which("unshare")
+        if tool is None:
+            return "util-linux unshare(1) missing"
+        done = subprocess.run([tool, *flags, "true"], capture_output=True, text=True)
+        return None if done.returncode == 0 else f"unshare {' '.join(flags)} failed: {done.stderr.strip()}"
+    if cap == "ipv6":
+        return None if os.path.exists("/proc/net/if_inet6") else "no IPv6 on this host"
+    if cap == "pyroute2":
+        try:
+            import pyroute2  # noqa: F401
+        except ImportError:
+            return "pyroute2 not installed (pip install -e '.[test]')"
+        return None
+    raise ValueError(f"unknown capability {cap!r}")
+
+
+def python_in_sandbox() -> str:
+    """The interpreter to run inside a sandbox: the running one (it is under / , bound read-only)."""
+    return sys.executable

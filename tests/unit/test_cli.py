@@ -1,0 +1,117 @@
+"""The command line without launching a sandbox: usage errors, --help, flags -> policy."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from pysandbox import cli
+from pysandbox.backends.base import BackendStatus, CapabilityStatus
+from pysandbox.policy import Bind, Env, Hide, Tmpfs
+from pysandbox.status import Status
+
+DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--ro", "--hide", "--tmpfs",
+              "--chdir", "--setenv", "--unsetenv", "--clearenv", "--share-session", "--pass-fd", "--timeout",
+              # additions beyond DESIGN.md (issue 7's authority switches), documented in README.md
+              "--keep-authority-sockets", "--strict-unix")
+DESIGN_STATUS = ("--backend", "--network", "--json")
+
+
+def parse(*argv):
+    return cli.build_parser().parse_args(list(argv))
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["frobnicate"], ["run", "--network", "proxy", "--", "true"], ["run", "--backend", "x", "--", "true"],
+    ["run", "--workdir", "/tmp", "--no-workdir", "--", "true"], ["run", "--pass-fd", "1", "--", "true"],
+    ["run", "--pass-fd", "x", "--", "true"], ["run", "--timeout", "-1", "--", "true"],
+    ["run", "--timeout", "nan", "--", "true"], ["run", "--setenv", "ONLYNAME"], ["run", "--bogus", "--", "true"],
+    ["status", "--network", "sideways"], ["run"], ["run", "--"],
+])
+def test_usage_errors_exit_2_without_traceback(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "error:" in err
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["run", "--rw", "relative/path", "--", "true"], "invalid_path"),
+    (["run", "--ro", "/definitely/not/here/pysandbox", "--", "true"], "bind_source_missing"),
+    (["run", "--setenv", "A=B", "x", "--", "true"], "invalid_value"),
+    (["run", "--chdir", "rel", "--", "true"], "invalid_path"),
+])
+def test_policy_mistakes_exit_2_with_the_reason(argv, fragment, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pysandbox: ") and fragment in err[0]
+
+
+def test_help_lists_exactly_the_design_options(capsys):
+    for sub, design in (("run", DESIGN_RUN), ("status", DESIGN_STATUS)):
+        with pytest.raises(SystemExit) as info:
+            cli.main([sub, "--help"])
+        assert info.value.code == 0
+        text = capsys.readouterr().out
+        shown = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", text)) - {"--help", "--verbose"}
+        assert shown == set(design), sub
+
+
+def test_flags_make_the_policy(tmp_path):
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "rw").mkdir()
+    (tmp_path / "wd").mkdir()
+    args = parse("run", "--network", "allow", "--workdir", str(tmp_path / "wd"), "--ro", str(tmp_path / "ro"),
+                 "--rw", str(tmp_path / "rw"), "--hide", str(tmp_path / "ro" / "x"), "--tmpfs", "/mnt",
+                 "--setenv", "A", "1", "--unsetenv", "B", "--clearenv", "--share-session", "--chdir", "/mnt",
+                 "--", "echo", "hi")
+    policy = cli._policy(args)
+    assert args.command[-2:] == ["echo", "hi"]
+    assert Bind(str(tmp_path / "ro"), str(tmp_path / "ro"), readonly=True) in policy.fs
+    assert Bind(str(tmp_path / "rw"), str(tmp_path / "rw")) in policy.fs
+    assert Bind(str(tmp_path / "wd"), str(tmp_path / "wd")) in policy.fs
+    assert Hide(str(tmp_path / "ro" / "x")) in policy.fs and Tmpfs("/mnt") in policy.fs
+    assert policy.env == Env(clear=True, set=(("A", "1"),), unset=("B",))
+    assert policy.new_session is False and policy.chdir == "/mnt"
+    assert policy.keep_authority_sockets is False and policy.strict_unix is False
+    strict = cli._policy(parse("run", "--keep-authority-sockets", "--strict-unix", "--", "true"))
+    assert strict.keep_authority_sockets is True and strict.strict_unix is True
+    assert policy.network.mode == "allow"
+
+
+def test_workdir_defaults_to_cwd_and_can_be_dropped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    policy = cli._policy(parse("run", "--network", "allow", "--", "true"))
+    assert Bind(str(tmp_path), str(tmp_path)) in policy.fs and policy.chdir == str(tmp_path)
+    assert policy.new_session is True
+    policy = cli._policy(parse("run", "--network", "allow", "--no-workdir", "--", "true"))
+    assert not policy.writable_paths and policy.chdir is None
+
+
+def test_pass_fd_must_be_open(tmp_path):
+    r, w = os.pipe()
+    try:
+        assert parse("run", "--pass-fd", str(r), "--", "true").pass_fd == [r]
+    finally:
+        os.close(r)
+        os.close(w)
+    with pytest.raises(SystemExit):
+        parse("run", "--pass-fd", str(r), "--", "true")
+
+
+def test_status_table_names_every_capability_and_reason():
+    caps = [CapabilityStatus("user", True), CapabilityStatus("net", False, "network_namespace_unavailable", "no")]
+    network = {"deny": CapabilityStatus("deny", False, "network_namespace_unavailable", "no"),
+               "allow": CapabilityStatus("allow", True),
+               "proxy": CapabilityStatus("proxy", False, "network_mode_unsupported", "")}
+    bs = BackendStatus("bwrap", False, "network_namespace_unavailable", "no", caps, network, {"version": "0.8.0"})
+    text = cli.format_status(Status(False, "bwrap", bs.reason, bs.detail, {"bwrap": bs}, network, "deny"))
+    assert "UNAVAILABLE: network_namespace_unavailable" in text
+    assert re.search(r"network deny\s+no\s+network_namespace_unavailable", text)
+    assert re.search(r"network allow\s+ok", text)
+    assert re.search(r"network proxy\s+no\s+network_mode_unsupported", text)
+    assert re.search(r"user\s+ok", text)

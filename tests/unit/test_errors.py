@@ -1,0 +1,68 @@
+"""The error tree: every error has a Reason, subclasses the matching builtin, maps from one table."""
+
+from __future__ import annotations
+
+import pytest
+
+from pysandbox import errors as E
+from pysandbox.errors import Reason
+
+
+def test_tree():
+    assert issubclass(E.PolicyError, E.SandboxError) and issubclass(E.PolicyError, ValueError)
+    assert issubclass(E.BwrapArgumentError, E.PolicyError)
+    for cls in (E.BwrapNotFound, E.SetuidRejected, E.BwrapOptionUnsupported, E.BwrapProbeFailed,
+                E.NativeModuleMissing):
+        assert issubclass(cls, E.BackendUnavailable)
+    assert issubclass(E.BackendUnavailable, E.SandboxError) and issubclass(E.BackendUnavailable, RuntimeError)
+    for cls in (E.UserNamespaceUnavailable, E.NetworkNamespaceUnavailable, E.NetworkModeUnsupported):
+        assert issubclass(cls, E.CapabilityUnavailable)
+    assert issubclass(E.CapabilityUnavailable, OSError) and issubclass(E.SetupError, OSError)
+
+
+@pytest.mark.parametrize("cls, reason", [
+    (E.BwrapNotFound, Reason.BWRAP_NOT_FOUND), (E.SetuidRejected, Reason.BWRAP_SETUID_REJECTED),
+    (E.BwrapOptionUnsupported, Reason.BWRAP_OPTION_UNSUPPORTED), (E.BwrapProbeFailed, Reason.BWRAP_PROBE_FAILED),
+    (E.NativeModuleMissing, Reason.NATIVE_MODULE_MISSING),
+    (E.UserNamespaceUnavailable, Reason.USER_NAMESPACE_UNAVAILABLE),
+    (E.NetworkNamespaceUnavailable, Reason.NETWORK_NAMESPACE_UNAVAILABLE),
+    (E.NetworkModeUnsupported, Reason.NETWORK_MODE_UNSUPPORTED),
+    (E.PolicyError, Reason.INVALID_VALUE), (E.BwrapArgumentError, Reason.BWRAP_ARGUMENT_INVALID),
+])
+def test_default_reasons(cls, reason):
+    exc = cls("message")
+    assert exc.reason is reason
+    assert str(exc).startswith(reason.value + ": ")
+
+
+def test_every_reason_builds_a_sandbox_error_with_that_reason():
+    for reason in Reason:
+        exc = E.error_for(reason, "why", errno=1)
+        assert isinstance(exc, E.SandboxError)
+        assert exc.reason is reason
+        assert str(reason) == reason.value
+
+
+def test_error_for_picks_the_class():
+    assert type(E.error_for(Reason.NETWORK_NAMESPACE_UNAVAILABLE, "x")) is E.NetworkNamespaceUnavailable
+    assert type(E.error_for(Reason.BWRAP_SETUID_REJECTED, "x")) is E.SetuidRejected
+    assert isinstance(E.error_for(Reason.LOOPBACK_SETUP_FAILED, "x"), E.CapabilityUnavailable)
+    assert isinstance(E.error_for(Reason.PROC_MOUNT_FAILED, "x"), E.CapabilityUnavailable)
+    assert isinstance(E.error_for(Reason.BWRAP_IN_WRITABLE_PATH, "x"), E.BackendUnavailable)
+    setup = E.error_for(Reason.SETUP_FAILED, "mount failed", stage="bind", op=3, errno=13, filename="/x")
+    assert isinstance(setup, E.SetupError)
+    assert (setup.stage, setup.op, setup.errno, setup.filename) == ("bind", 3, 13, "/x")
+
+
+def test_reason_codes_are_unique_snake_case():
+    values = [r.value for r in Reason]
+    assert len(values) == len(set(values))
+    assert all(v == v.lower() and " " not in v and v.replace("_", "").isalnum() for v in values)
+
+
+def test_design_reason_codes_exist():
+    for code in ("user_namespace_unavailable", "mount_namespace_unavailable", "pid_namespace_unavailable",
+                 "network_namespace_unavailable", "loopback_setup_failed", "proc_mount_failed",
+                 "native_module_missing", "bwrap_not_found", "bwrap_setuid_rejected", "bwrap_probe_failed",
+                 "bwrap_option_unsupported", "network_mode_unsupported", "setup_failed"):
+        assert Reason(code).value == code
