@@ -138,6 +138,25 @@ def test_not_a_namespace_descriptor_fails_closed(tmp_path):
     assert not marker.exists()
 
 
+def test_joining_only_a_foreign_pid_namespace_from_a_new_user_namespace_fails_closed(tmp_path):
+    """pidns_fd alone, with the default new user and pid namespaces: an unprivileged
+    caller may not join the holder's pid namespace (EPERM at the join); root may, but
+    the kernel then refuses a new user namespace's pid namespace inside a pid
+    namespace owned by a user namespace that is not its ancestor (EINVAL at the
+    unshare). Either way the launch fails closed and the command never runs; the
+    control joins the holder's user namespace too and succeeds."""
+    marker = tmp_path / "ran"
+    with holder() as h:
+        with pytest.raises(pysandbox.SetupError) as info:
+            _run(PP.Policy.default(workdir=tmp_path, pidns_fd=h.pid), f"touch {marker}")
+        assert (info.value.stage, info.value.errno) in (("join_pidns", 1), ("unshare", 22)), info.value
+        assert not marker.exists()
+        control = _run(PP.Policy.default(workdir=tmp_path, userns_fd=h.user, pidns_fd=h.pid,
+                                         allow_nested_userns=True), f"touch {marker}")
+        assert control.returncode == 0, control.stderr
+        assert marker.exists() and _alive(h.sleeper)
+
+
 @pytest.mark.requires("bwrap")
 def test_bwrap_backend_refuses_namespace_descriptors():
     fd = os.open("/proc/self/ns/user", os.O_RDONLY | os.O_CLOEXEC)
