@@ -163,7 +163,16 @@ def test_corpus_covers_every_option():
     assert len(CASES) >= 60
 
 
+# Doc cases that bwrap 0.8 has the options for but that must not be run against it,
+# each with why. Anything else checked against the documentation instead of the
+# binary must be an option 0.8 lacks or one pybwrap refuses.
+NOT_RUN_ON_BWRAP_0_8 = {
+    "version-after-options": "0.8 prints its own version; the case checks 0.11's text",
+    "userns2-not-a-ns": "0.8 orphans its child, which holds the caller's stdout for good",
+}
+
+
 def test_doc_cases_are_what_bwrap_0_8_lacks_or_pybwrap_refuses():
     for case in DOC_CASES:
         assert case.options & BWRAP_011_ONLY or case.want.get("error_prefix", "").endswith("not supported by pybwrap yet") \
-            or case.name == "version-after-options", case.name
+            or case.name in NOT_RUN_ON_BWRAP_0_8, case.name
