@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from pysandbox.errors import BwrapArgumentError, Reason
+from pysandbox.policy import CAPABILITIES
 
 MAX_ARGS = 9000
 MAX_TMPFS_BYTES = (2**64 - 1) >> 1
@@ -23,16 +24,8 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 ULONG_MAX = 2**64 - 1
 OVERLAY_SRC_ORPHAN = ("--overlay-src must be followed by another --overlay-src or one of --overlay, "
                       "--tmp-overlay, or --ro-overlay")
-# libcap's names (capability(7)), index = capability number.
-CAP_NAMES = (
-    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid",
-    "setuid", "setpcap", "linux_immutable", "net_bind_service", "net_broadcast",
-    "net_admin", "net_raw", "ipc_lock", "ipc_owner", "sys_module", "sys_rawio",
-    "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot", "sys_nice",
-    "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write",
-    "audit_control", "setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm",
-    "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
-)
+# libcap's names (capability(7)), index = capability number: the Policy's own list.
+CAP_NAMES = CAPABILITIES
 ALL_CAPS = frozenset(range(64))
 
 # Which modifier each filesystem option consumes; default mode when --perms is absent.

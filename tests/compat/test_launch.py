@@ -150,6 +150,19 @@ def test_setup_failure_is_exit_1_with_bwrap_prefix(tool):
     assert done.stderr.startswith(b"bwrap: Can't find source path /nonexistent-src")
 
 
+def _read_document(fd: int) -> bytes:
+    """Read an --info-fd document to EOF (bwrap closes it), bounded in reads and time."""
+    text = b""
+    for _ in range(100):                 # bounded: a document is a few hundred bytes
+        if not select.select([fd], [], [], 30)[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        text += chunk
+    return text
+
+
 def _info_then(tool, args, command, release):
     """Start ``tool`` with an --info-fd and a block descriptor (fd numbers filled into
     ``args`` as {info} and {block}); read the info document (EOF: bwrap closes it),
@@ -162,14 +175,7 @@ def _info_then(tool, args, command, release):
     os.close(info_w)
     os.close(block_r)
     try:
-        text = b""
-        for _ in range(100):                 # bounded: a document is a few hundred bytes
-            if not select.select([info_r], [], [], 30)[0]:
-                break
-            chunk = os.read(info_r, 65536)
-            if not chunk:
-                break
-            text += chunk
+        text = _read_document(info_r)
         doc = json.loads(text)
         release(doc, block_w, proc)
     finally:
@@ -247,14 +253,7 @@ def _joined(tool, args, fds):
     os.close(info_w)
     os.close(go_r)
     try:
-        text = b""
-        for _ in range(100):                 # bounded: a document is a few hundred bytes
-            if not select.select([info_r], [], [], 30)[0]:
-                break
-            chunk = os.read(info_r, 65536)
-            if not chunk:
-                break
-            text += chunk
+        text = _read_document(info_r)
         child_ns = None
         if text:
             child_ns = os.readlink(f"/proc/{json.loads(text)['child-pid']}/ns/pid")
