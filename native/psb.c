@@ -214,6 +214,19 @@ static int psb_restrict(struct psb_child *c, const char *dst, int ro, int dev,
     return 0;
 }
 
+/* Runs in the child: copy an absolute path into a PATH_MAX stack buffer; its length,
+ * or 0 with errno ENAMETOOLONG when it does not fit. */
+static size_t psb_path_copy(char buf[PATH_MAX], const char *path)
+{
+    size_t len = strlen(path);
+    if (len >= PATH_MAX) {
+        errno = ENAMETOOLONG;
+        return 0;
+    }
+    memcpy(buf, path, len + 1);
+    return len;
+}
+
 /* Runs in the child, any privilege: mkdir -p with a stack buffer. The leaf is
  * tried first: it usually is the only missing part. */
 static int psb_mkdirs(const char *path, mode_t mode, mode_t parent_mode)
@@ -233,12 +246,9 @@ static int psb_mkdirs(const char *path, mode_t mode, mode_t parent_mode)
     if (errno != ENOENT)
         return -1;
     char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len >= sizeof buf) {
-        errno = ENAMETOOLONG;
+    size_t len = psb_path_copy(buf, path);
+    if (len == 0)
         return -1;
-    }
-    memcpy(buf, path, len + 1);
     for (size_t i = 1; i < len; i++) {
         if (buf[i] == '/') {
             buf[i] = '\0';
@@ -258,12 +268,8 @@ static int psb_mkfile(const char *path, mode_t parent_mode)
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0444);
     if (fd < 0 && errno == ENOENT) {
         char buf[PATH_MAX];
-        size_t len = strlen(path);
-        if (len >= sizeof buf) {
-            errno = ENAMETOOLONG;
+        if (psb_path_copy(buf, path) == 0)
             return -1;
-        }
-        memcpy(buf, path, len + 1);
         char *slash = strrchr(buf, '/');
         if (slash != NULL && slash != buf) {
             *slash = '\0';
