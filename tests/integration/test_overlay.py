@@ -188,7 +188,7 @@ def test_overlapping_dirs_give_bwraps_message_through_pybwrap(tree):
                      str(tree / "wk"), DEST, "true"])
     assert done.returncode == 1, done
     line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith(f"bwrap: Can't make overlay mount on {DEST} with options "), line
+    assert line.startswith(f"bwrap: Can't make overlay mount on /newroot{DEST} with options "), line
     assert line.endswith(": Overlay directories may not overlap"), line
 
 

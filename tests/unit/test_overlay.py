@@ -215,7 +215,7 @@ def test_eloop_is_bwraps_overlap_message(layers):
     assert isinstance(exc, SetupError) and exc.reason is Reason.SETUP_FAILED
     assert (exc.stage, exc.errno, exc.filename) == ("overlay", errno.ELOOP, "/o")
     assert "Overlay directories may not overlap" in str(exc) and "Too many levels" not in str(exc)
-    assert bcli.bwrap_message(exc) == (f"Can't make overlay mount on /o with options {ops[i].d}: "
+    assert bcli.bwrap_message(exc) == (f"Can't make overlay mount on /newroot/o with options {ops[i].d}: "
                                        "Overlay directories may not overlap")
     other = N.setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)
     assert "Operation not permitted" in str(other) and N.OVERLAP not in str(other)
