@@ -149,6 +149,21 @@ for path in ({DEST!r} + "/new", {DEST!r} + "/a"):
     assert sorted(os.listdir(tree / "l2")) == ["a", "c"]
 
 
+def test_commas_colons_and_backslashes_in_layer_names(tmp_path):
+    names = {"l,1": "a", "l:2": "b", "l\\3": "c"}
+    for name, file in names.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / file).write_text(name)
+    for name in ("u,p", "w:k"):
+        (tmp_path / name).mkdir()
+    lower = tuple(str(tmp_path / n) for n in names)
+    op = PP.Overlay(DEST, lower, str(tmp_path / "u,p"), str(tmp_path / "w:k"))
+    done = run([op], f"print(*(open({DEST!r} + '/' + f).read() for f in 'abc')); open({DEST!r} + '/new', 'w')")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == list(names)
+    assert (tmp_path / "u,p" / "new").exists()
+
+
 @pytest.mark.parametrize("kind", ["rw", "tmp", "ro"])
 def test_mounted_nosuid_nodev_with_the_layers_top_first(tree, kind):
     script = f"""
