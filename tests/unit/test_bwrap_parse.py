@@ -17,7 +17,7 @@ from bwrap_compat import parser as bp
 from bwrap_compat.mapping import caps_of, env_of, parent_mode, to_policy, with_bwrap_parents
 from bwrap_compat.render import to_argv
 from pysandbox import policy as P
-from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, Reason
+from pysandbox.errors import BwrapArgumentError, Reason
 
 BPF = bytes.fromhex("0600000000007fff")
 
