@@ -60,6 +60,11 @@ def bwrap_message(exc) -> str:
     if stage == "join_userns" and err == errno.EINVAL:
         return ("Joining the specified user namespace failed, it might not be a descendant of the current "
                 "user namespace.")
+    if stage == "overlay" and err and name:
+        detail = "Overlay directories may not overlap" if err == errno.ELOOP else os.strerror(err)
+        # bwrap names the mount point in its setup view (/newroot/DEST), as the executor does.
+        where = "/newroot" + (name if name != "/" else "")
+        return f"Can't make overlay mount on {where} with options {getattr(exc, 'mount_options', '?')}: {detail}"
     if stage in BWRAP_SETNS_WORDING and err:
         return f"{BWRAP_SETNS_WORDING[stage]}: {os.strerror(err)}"
     if stage in BWRAP_WORDING and err and name:

@@ -75,8 +75,8 @@ NOTE = """
 pybwrap: this is pysandbox's re-implementation of bubblewrap's command line on its
 native backend, a parity layer: it follows bwrap where bwrap is weaker than
 `pysandbox run` (inherited descriptors pass through; root keeps its capabilities
-without --unshare-user). Not yet supported (they fail with exit 1): the overlay
-options, SELinux labels.
+without --unshare-user). Not supported: SELinux labels where SELinux is enabled
+(exit 1).
 """
 
 

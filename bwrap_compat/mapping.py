@@ -2,8 +2,8 @@
 
 The Policy holds what pysandbox models (filesystem ops in bwrap's order, namespaces,
 network, environment, ids, capabilities, seccomp, argv0 ...). :class:`Compat`
-holds what only pybwrap's launcher acts on (info/json-status/sync fds, lock files)
-or what it must refuse (overlays). --block-fd, --userns-block-fd, --userns,
+holds what only pybwrap's launcher acts on (info/json-status/sync fds, lock files).
+--block-fd, --userns-block-fd, --userns,
 --userns2 and --pidns are Policy fields: the native executor acts on them.
 
 Descriptors named by --file/--bind-data/--ro-bind-data/--seccomp are read here,
@@ -19,8 +19,8 @@ import os
 from dataclasses import dataclass
 
 from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, PolicyError, Reason
-from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Policy, Proc,
-                              RemountRo, Symlink, Tmpfs)
+from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Overlay, Policy,
+                              Proc, RemountRo, Symlink, Tmpfs)
 
 from .parser import BwrapArgs, CAP_NAMES, read_fd_default
 
@@ -157,7 +157,13 @@ def _fs_op(op, read_fd, unshare_pid):
         return RemountRo(dest)
     if kind == "--chmod":
         return Chmod(dest, op.perms)
-    raise _unsupported(kind, "overlayfs needs native support")
+    if kind in ("--overlay", "--tmp-overlay", "--ro-overlay"):
+        # bwrap resolves the upper dir, the work dir, then the sources top first.
+        upper = _realpath(op.src, False) if kind == "--overlay" else None
+        work = _realpath(op.workdir, False) if kind == "--overlay" else None
+        lower = tuple(reversed([_realpath(src, False) for src in reversed(op.overlay_srcs)]))
+        return Overlay(dest, lower, upper, work, tmp=kind == "--tmp-overlay")
+    raise _unsupported(kind, "not mapped")
 
 
 def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: frozenset | None = None,
@@ -167,7 +173,7 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
     Raises:
         BwrapArgumentError: a setup step bwrap would fail (missing bind source, unreadable
             descriptor, bad seccomp data), with bwrap's message.
-        BwrapOptionUnsupported: an option pybwrap cannot honour yet (overlays).
+        BwrapOptionUnsupported: an option pybwrap cannot honour yet.
         PolicyError: a value pysandbox refuses (e.g. a path with '..').
     """
     real_uid = os.getuid() if real_uid is None else real_uid
@@ -233,7 +239,7 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
 
 # ---------------------------------------------------------------- bwrap's mkdir_with_parents
 
-_MOUNTS = (Bind, Tmpfs, Proc, Dev, Mqueue)
+_MOUNTS = (Bind, Tmpfs, Proc, Dev, Mqueue, Overlay)
 
 
 def parent_mode(perms: int) -> int:
@@ -274,9 +280,12 @@ def _exists(path: str, done: list) -> bool:
     if cover < 0:
         return path == "/"
     op = done[cover]
+    rest = path[len(op.dest):] if op.dest != "/" else path
     if isinstance(op, Bind) and op.src is not None:
-        rest = path[len(op.dest):] if op.dest != "/" else path
         return os.path.lexists((op.src.rstrip("/") + rest) or "/")
+    if isinstance(op, Overlay):
+        return path == op.dest or any(os.path.lexists((layer.rstrip("/") + rest) or "/")
+                                        for layer in ((op.upper,) if op.upper else ()) + op.lower)
     return path == op.dest
 
 

@@ -25,7 +25,8 @@ enum psb_op_kind {
     PSB_OP_MKFILE,            /* b=path: create an empty file if nothing is there; m as MKDIRS */
     PSB_OP_BIND,              /* a=src b=dst c=submount list (fallback), flags RO/DEV/OPTIONAL;
                                  m>=0: a is fd m's magic link, bound by the path it names */
-    PSB_OP_MOUNT,             /* a=source b=dst c=fstype d=data n=mount flags */
+    PSB_OP_MOUNT,             /* a=source b=dst c=fstype d=data n=mount flags (tmpfs, proc, devpts,
+                                 mqueue, overlay: data built by Python, < a page) */
     PSB_OP_SETATTR,           /* b=dst: flags RO (mount_setattr non-recursive, or remount) */
     PSB_OP_SYMLINK,           /* a=target b=link path */
     PSB_OP_WRITE,             /* b=dst a=data n=len m=fd(-1) d=tmp file (BIND) mode flags */

@@ -24,7 +24,8 @@ from .errors import (
     SetupError,
     UserNamespaceUnavailable,
 )
-from .policy import Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Policy, Proc, RemountRo, Symlink, Tmpfs
+from .policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Overlay, Policy, Proc, RemountRo,
+                     Symlink, Tmpfs)
 from .process import (
     DEVNULL,
     PIPE,
@@ -48,7 +49,7 @@ __all__ = [
     "BackendUnavailable", "Bind", "BwrapArgumentError", "BwrapNotFound", "BwrapOptionUnsupported",
     "BwrapProbeFailed", "CalledProcessError", "CapabilityUnavailable", "Chmod", "CompletedProcess",
     "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "NativeModuleMissing", "Network",
-    "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "PIPE", "Policy", "PolicyError", "Popen",
+    "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "Overlay", "PIPE", "Policy", "PolicyError", "Popen",
     "Proc", "Reason", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
     "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "run", "status",
     "__version__",

@@ -70,6 +70,44 @@ class MountTmpfs:
 
 
 @dataclass(frozen=True)
+class MountOverlay:
+    """overlayfs on ``dest``. ``lower``: host directories, bottom first (as given);
+    ``upper``/``work``: host directories for writes, or ``tmp``: on the setup tmpfs;
+    neither: read-only. ``tmp_index`` numbers the tmp overlays of a plan (bwrap's
+    /tmp-overlay-upper-N)."""
+
+    dest: str
+    lower: tuple = ()
+    upper: str | None = None
+    work: str | None = None
+    tmp: bool = False
+    tmp_index: int = 0
+
+    @property
+    def data(self) -> str:
+        """The mount options, as bwrap 0.11 builds them (paths in the setup view, under
+        /oldroot; the lowers top first; ``\\ , :`` escaped; userxattr: we are always in
+        a user namespace, where trusted.* xattrs cannot be set)."""
+        if self.upper is not None:
+            head = f"upperdir=/oldroot{escape_mount_option(self.upper)},workdir=/oldroot{escape_mount_option(self.work)},"
+        elif self.tmp:
+            head = f"upperdir=/tmp-overlay-upper-{self.tmp_index},workdir=/tmp-overlay-work-{self.tmp_index},"
+        else:
+            head = ""
+        lowers = ":".join("/oldroot" + escape_mount_option(p) for p in reversed(self.lower))
+        return f"{head}lowerdir={lowers},userxattr"
+
+
+def escape_mount_option(path: str) -> str:
+    """A path inside overlayfs mount options: ``\\``, ``,`` and ``:`` escaped by a backslash."""
+    return "".join("\\" + ch if ch in "\\,:" else ch for ch in path)
+
+
+# The kernel copies at most a page of mount data (and wants its NUL in it).
+MOUNT_DATA_MAX = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass(frozen=True)
 class MountProc:
     dest: str
 
@@ -175,7 +213,7 @@ class Chdir:
     path: str
 
 
-MOUNT_OPS = (BindMount, MountTmpfs, MountProc, MinimalDev, MountMqueue, MakeDir, MakeSymlink,
+MOUNT_OPS = (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue, MakeDir, MakeSymlink,
              WriteFile, RemountReadonly, ChangeMode)
 
 # Hidden nodes: empty and inaccessible, read-only.
@@ -217,7 +255,8 @@ def compile(policy: P.Policy, *, allow_host_mountpoints: bool = False,
     create files on the host: a missing mount point there is a PolicyError.
 
     Raises:
-        PolicyError: a missing bind source (``bind_source_missing``), a mount point
+        PolicyError: a missing bind or overlay source (``bind_source_missing``), overlay
+            mount options longer than a page (``invalid_value``), a mount point
             that does not exist inside a host bind (``mount_point_missing``), a chdir
             outside anything mounted.
         CapabilityUnavailable: ``seccomp_unavailable``, no built-in filter for this
@@ -271,14 +310,21 @@ def host_path(sandbox_path: str, done) -> tuple[str | None, object | None]:
     mount is a host bind (else None), and that covering op (None: the setup tmpfs root).
     """
     for op in reversed(done):
-        if isinstance(op, (BindMount, MountTmpfs, MountProc, MinimalDev, MountMqueue)) or \
+        if isinstance(op, (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue)) or \
                 (isinstance(op, WriteFile) and op.bind):
             dest = op.dest
             if sandbox_path == dest or dest == "/" or sandbox_path.startswith(dest + "/"):
+                rest = sandbox_path[len(dest):] if dest != "/" else sandbox_path
                 if isinstance(op, BindMount) and op.src is not None:
-                    rest = sandbox_path[len(dest):] if dest != "/" else sandbox_path
                     src = op.src.rstrip("/") or ""
                     return (src + rest) if (src + rest) else "/", op
+                if isinstance(op, MountOverlay):
+                    # What the overlay shows there: the topmost layer that has it (stat only).
+                    layers = ((op.upper,) if op.upper is not None else ()) + tuple(reversed(op.lower))
+                    for layer in layers:
+                        cand = (layer.rstrip("/") + rest) or "/"
+                        if os.path.lexists(cand):
+                            return cand, op
                 return None, op
     return None, None
 
@@ -315,6 +361,15 @@ def _compile_fs(op, done, allow_host_mountpoints):
     elif isinstance(op, P.File):
         planned = WriteFile(op.dest, op.data, op.fd, op.mode, op.bind, op.readonly)
         _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=False)
+    elif isinstance(op, P.Overlay):
+        P.check_overlay_sources(op)
+        index = sum(1 for d in done if isinstance(d, MountOverlay) and d.tmp) if op.tmp else 0
+        planned = MountOverlay(op.dest, op.lower, op.upper, op.work, op.tmp, index)
+        if len(planned.data.encode()) >= MOUNT_DATA_MAX:
+            raise PolicyError(f"the overlay on {op.dest} has mount options longer than a page "
+                              f"({len(planned.data.encode())} bytes): use fewer or shorter lower directories",
+                              Reason.INVALID_VALUE, op.dest)
+        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
     elif isinstance(op, P.RemountRo):
         planned = RemountReadonly(op.dest)
     elif isinstance(op, P.Chmod):
@@ -328,6 +383,15 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
     """A destination inside a host bind must already exist there: creating it would
     leave a file or directory on the host (rw bind) or fail with EROFS (ro bind)."""
     host, cover = host_path(dest, done)
+    if host is None and isinstance(cover, MountOverlay) and not cover.tmp:
+        # Missing in every layer: made in the upper directory on the host (or EROFS).
+        if allow_host_mountpoints and cover.upper is not None:
+            return
+        where = "writable" if cover.upper is not None else "read-only"
+        raise PolicyError(
+            f"{dest} does not exist in any layer of the {where} overlay on {cover.dest}; pysandbox never "
+            f"creates mount points on the host: create it first, or put a tmpfs or dir above it",
+            Reason.MOUNT_POINT_MISSING, dest)
     if host is None or os.path.lexists(host):
         return
     # Its parent may itself be created by an earlier op that covers the host path

@@ -308,8 +308,61 @@ class Hide:
         _set(self, "path", check_path(self.path, "hide path"))
 
 
-FsOp = Union[Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide]
-FS_OP_TYPES = (Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide)
+@_validated
+@dataclass(frozen=True)
+class Overlay:
+    """An overlayfs on ``dest``: the host directories ``lower`` merged, the FIRST given
+    at the bottom and the last on top (bubblewrap's ``--overlay-src`` order).
+
+    Writes go to the host directory ``upper`` (with ``work``, an empty directory on the
+    same filesystem, for the kernel's use: bwrap --overlay), or with ``tmp=True`` to an
+    invisible tmpfs that vanishes with the sandbox (bwrap --tmp-overlay). With neither
+    the overlay is read-only and needs at least two lowers (bwrap --ro-overlay).
+    Mounted nosuid,nodev (bwrap sets neither: stricter)."""
+
+    dest: str
+    lower: tuple[str, ...] = ()
+    upper: str | None = None
+    work: str | None = None
+    tmp: bool = False
+
+    def __post_init__(self):
+        _set(self, "dest", check_path(self.dest, "overlay destination"))
+        if isinstance(self.lower, (str, bytes, os.PathLike)):
+            raise PolicyError("overlay lower must be a collection of paths, not one path",
+                              Reason.INVALID_VALUE, self.lower)
+        lower = tuple(check_path(p, "overlay lower dir") for p in _items(self.lower, "overlay lower"))
+        _set(self, "lower", lower)
+        if not isinstance(self.tmp, bool):
+            raise PolicyError("overlay tmp must be a bool", Reason.INVALID_VALUE, self.tmp)
+        if (self.upper is None) != (self.work is None):
+            raise PolicyError("an overlay takes both an upper and a work directory, or neither",
+                              Reason.CONFLICTING_OPTIONS, (self.upper, self.work))
+        if self.upper is not None:
+            if self.tmp:
+                raise PolicyError("a tmp overlay writes to a tmpfs: it takes no upper or work directory",
+                                  Reason.CONFLICTING_OPTIONS, self.upper)
+            _set(self, "upper", check_path(self.upper, "overlay upper dir"))
+            _set(self, "work", check_path(self.work, "overlay work dir"))
+        least = 2 if self.upper is None and not self.tmp else 1
+        if len(lower) < least:
+            what = "a read-only overlay needs at least two lower directories" if least == 2 else \
+                "an overlay needs at least one lower directory"
+            raise PolicyError(what, Reason.INVALID_VALUE, lower)
+
+    @property
+    def writable(self) -> bool:
+        """Writes reach the host (an upper directory)."""
+        return self.upper is not None
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The host directories it uses: lowers, then upper and work."""
+        return self.lower + ((self.upper, self.work) if self.upper is not None else ())
+
+
+FsOp = Union[Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide, Overlay]
+FS_OP_TYPES = (Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide, Overlay)
 
 
 def fs_dest(op: FsOp) -> str:
@@ -563,8 +616,10 @@ class Policy:
 
     @property
     def writable_paths(self) -> tuple[str, ...]:
-        """Sandbox paths that end up writable and backed by the host (rw binds)."""
-        return tuple(op.dest for op in self.fs if isinstance(op, Bind) and not op.readonly)
+        """Sandbox paths that end up writable and backed by the host (rw binds, overlays
+        with an upper directory)."""
+        return tuple(op.dest for op in self.fs
+                     if (isinstance(op, Bind) and not op.readonly) or (isinstance(op, Overlay) and op.writable))
 
 
 def _absolute(path):
@@ -606,3 +661,11 @@ def check_bind_source(op: Bind) -> None:
         return
     if not os.path.lexists(op.src):
         raise PolicyError(f"bind source does not exist: {op.src}", Reason.BIND_SOURCE_MISSING, op.src)
+
+
+def check_overlay_sources(op: Overlay) -> None:
+    """Every directory of an overlay must exist on the host (checked before any launch,
+    as a bind source: ``bind_source_missing``)."""
+    for src in op.sources:
+        if not os.path.lexists(src):
+            raise PolicyError(f"overlay source does not exist: {src}", Reason.BIND_SOURCE_MISSING, src)

@@ -44,7 +44,7 @@ from .. import probe as _probe
 from ..errors import (BwrapOptionUnsupported, BwrapProbeFailed, PolicyError, Reason, SandboxError,
                       SetupError, error_for)
 from .. import plan as P
-from ..policy import Bind, Network
+from ..policy import Bind, Network, Overlay
 from .base import BackendStatus, CapabilityStatus, Launch
 
 PROBE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -157,6 +157,11 @@ def _render_mount(op, data_fd, probe: bool) -> list[tuple]:
         return [("--remount-ro", op.dest)]
     if isinstance(op, P.ChangeMode):
         return [("--chmod", _octal(op.mode), op.dest)]
+    if isinstance(op, P.MountOverlay):
+        srcs = [("--overlay-src", src) for src in op.lower]   # bottom first, as bwrap wants them
+        if op.upper is not None:
+            return srcs + [("--overlay", op.upper, op.work, op.dest)]
+        return srcs + [("--tmp-overlay" if op.tmp else "--ro-overlay", op.dest)]
     if isinstance(op, P.MinimalDev):
         return [("--dev", op.dest)]
     if isinstance(op, P.MountProc):
@@ -739,11 +744,14 @@ def _message(exc: BaseException) -> str:
 
 
 def _writable_host_paths(policy) -> list[str]:
-    """Host paths the sandbox can write: rw bind sources and their sandbox paths."""
+    """Host paths the sandbox can write: rw bind sources, overlay upper (and work)
+    directories, and their sandbox paths."""
     paths = []
     for op in policy.fs:
         if isinstance(op, Bind) and op.src is not None and not op.readonly:
             paths.append(op.src)
+        elif isinstance(op, Overlay) and op.writable:
+            paths += [op.upper, op.work]
     paths.extend(policy.writable_paths)
     return paths
 

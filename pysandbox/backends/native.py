@@ -65,6 +65,7 @@ DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
              ("stderr", "/proc/self/fd/2"), ("core", "/proc/kcore"))
 PROC_RO = ("sys", "sysrq-trigger", "irq", "bus")
+OVERLAP = "Overlay directories may not overlap"   # bwrap's message for an overlay mount's ELOOP
 
 
 # ---------------------------------------------------------------- plan -> op array
@@ -293,6 +294,17 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
             if op.readonly:
                 ops.append(COp("SETATTR", flags=F_RO | (F_OPTIONAL if hide else 0), b=_in("/newroot", op.dest),
                                stage="tmpfs", plan_index=i, filename=op.dest))
+        elif isinstance(op, P.MountOverlay):
+            need_dir(op.dest, i, "overlay", 0)   # bwrap keeps no mode for it: 0700 parents
+            if op.tmp:
+                # As bwrap: the writable layers live on the setup tmpfs (our / until the
+                # pivot), invisible from the sandbox and gone with it.
+                for layer in ("upper", "work"):
+                    ops.append(COp("MKDIRS", b=f"/tmp-overlay-{layer}-{op.tmp_index}", mode=0o755, stage="overlay",
+                                   plan_index=i, filename=op.dest))
+            # nosuid,nodev: stricter than bwrap (which passes no flags), as for our binds.
+            ops.append(COp("MOUNT", a="overlay", b=_in("/newroot", op.dest), c="overlay", d=op.data,
+                           n=MS_NOSUID | MS_NODEV, stage="overlay", plan_index=i, filename=op.dest))
         elif isinstance(op, P.MountProc):
             need_dir(op.dest, i, "proc", 0)
             dst = _in("/newroot", op.dest)
@@ -565,6 +577,14 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
         hint = ""
         if op.kind == "SETNS" and err == E.EINVAL and op.m == CLONE_FLAGS["user"]:
             hint = " (joining the user namespace failed; it might not be a descendant of the current one)"
+        if op.stage == "overlay" and op.kind == "MOUNT":
+            # bwrap's words: ELOOP's own ("Too many levels of symbolic links") says nothing here.
+            detail = OVERLAP if err == E.ELOOP else os.strerror(err)
+            exc = SetupError(f"overlay{where}: {detail} (options {op.d}) (plan step {op.plan_index}, "
+                             f"native op {index} {op.kind})", op.reason, stage=op.stage, op=op.plan_index,
+                             errno=err, filename=op.filename)
+            exc.mount_options = op.d   # for pybwrap's message
+            return exc
         message = (f"{op.stage}{where}: {os.strerror(err)}{hint} "
                    f"(plan step {op.plan_index}, native op {index} {op.kind})")
         if op.reason is Reason.SETUP_FAILED:

@@ -193,15 +193,21 @@ CASES = [
          want={"rc": 1, "error": "bwrap: --overlay takes three arguments"}),
     Case("overlay-without-src", ["--overlay", "/a", "/b", "/c"], command=["true"], doc=True,
          want={"rc": 1, "error": "bwrap: --overlay requires at least one --overlay-src"}),
-    # Supported by bwrap, refused loudly by pybwrap until the native executor has them.
-    Case("tmp-overlay-needs-native", R + ["--overlay-src", "{t}/src", "--tmp-overlay", "/mnt"], command=["true"],
-         doc=True, want={"rc": 1, "error_prefix": "bwrap: --tmp-overlay is not supported by pybwrap yet"}),
-    Case("ro-overlay-needs-native", R + ["--overlay-src", "{t}/src", "--overlay-src", "{t}/empty",
-                                         "--ro-overlay", "/mnt"], command=["true"], doc=True,
-         want={"rc": 1, "error_prefix": "bwrap: --ro-overlay is not supported by pybwrap yet"}),
-    Case("overlay-needs-native", R + ["--overlay-src", "{t}/src", "--overlay", "{t}/rw", "{t}/empty", "/mnt"],
+    # The overlay family, run natively (bwrap 0.11's setup_newroot: lowers given bottom
+    # first, writes to the upper dir, to an invisible tmpfs, or refused).
+    Case("tmp-overlay", R + ["--overlay-src", "{t}/src", "--tmp-overlay", "/mnt"],
+         command=["sh", "-c", "cat /mnt/f1 && echo x > /mnt/new && cat /mnt/new && ls /mnt && ls {t}/src"],
+         doc=True, want={"rc": 0, "stdout": "one\nx\nf1\nnew\nsub\nf1\nsub\n"}),
+    Case("ro-overlay", R + ["--overlay-src", "{t}/src", "--overlay-src", "{t}/rw", "--ro-overlay", "/mnt"],
+         command=["sh", "-c", "ls /mnt && ! (: > /mnt/x) 2>/dev/null"], doc=True,
+         want={"rc": 0, "stdout": "existing\nf1\nsub\n"}),
+    Case("overlay", R + ["--overlay-src", "{t}/src", "--overlay", "{t}/rw", "{t}/empty", "/mnt"],
+         command=["sh", "-c", "cat /mnt/f1 && echo x > /mnt/new && ls {t}/rw && ls {t}/src"], doc=True,
+         want={"rc": 0, "stdout": "one\nexisting\nnew\nf1\nsub\n"}),
+    Case("overlay-overlap", R + ["--overlay-src", "{t}/src", "--overlay", "{t}/src", "{t}/empty", "/mnt"],
          command=["true"], doc=True,
-         want={"rc": 1, "error_prefix": "bwrap: --overlay is not supported by pybwrap yet"}),
+         want={"rc": 1, "error_prefix": "bwrap: Can't make overlay mount on /newroot/mnt with options upperdir=",
+               "error_suffix": ": Overlay directories may not overlap"}),
 ]
 
 BWRAP_011_ONLY = {"--argv0", "--level-prefix", "--overlay-src", "--overlay", "--tmp-overlay", "--ro-overlay"}

@@ -16,7 +16,9 @@ root holding only the interpreter); network deny and allow; environment clear, s
 unset; chdir; uid/gid; hostname; namespaces; as_pid_1; die_with_parent;
 new_session; kept capabilities; pass_fds; nested user namespaces; seccomp; strict
 unix. Not generated: ``argv0`` and read-only binds with ``dev=True`` (the reference
-bwrap 0.8 cannot express them; the corpus has both, checked as reference-unsupported).
+bwrap 0.8 cannot express them; the corpus has both, checked as reference-unsupported),
+and ``Overlay`` (bwrap 0.8 has no overlay options: native-only, see
+test_strategies.NATIVE_ONLY_OPS).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from bwrap_compat import parser as bp
 from bwrap_compat.mapping import caps_of, env_of, parent_mode, to_policy, with_bwrap_parents
 from bwrap_compat.render import to_argv
 from pysandbox import policy as P
-from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, Reason
+from pysandbox.errors import BwrapArgumentError, Reason
 
 BPF = bytes.fromhex("0600000000007fff")
 
@@ -433,19 +433,27 @@ def test_namespace_fds_become_policy_fields():
     assert any(isinstance(op, P.Proc) for op in policy.fs)  # a new procfs: not the caller's pid namespace
 
 
-UNSUPPORTED = [
-    ["--overlay-src", "/usr", "--tmp-overlay", "/o", "c"],
-    ["--overlay-src", "/usr", "--overlay-src", "/etc", "--ro-overlay", "/o", "c"],
-    ["--overlay-src", "/usr", "--overlay", "/a", "/b", "/o", "c"],
+OVERLAYS = [
+    (["--overlay-src", "/usr", "--tmp-overlay", "/o", "c"], P.Overlay("/o", ("/usr",), tmp=True)),
+    (["--overlay-src", "/usr", "--overlay-src", "/etc", "--ro-overlay", "/o", "c"], P.Overlay("/o", ("/usr", "/etc"))),
+    (["--overlay-src", "/usr", "--overlay", "/var", "/srv", "/o", "c"], P.Overlay("/o", ("/usr",), "/var", "/srv")),
 ]
 
 
-@pytest.mark.parametrize("argv", UNSUPPORTED, ids=[" ".join(a) for a in UNSUPPORTED])
-def test_unsupported_here_fails_loudly(argv):
-    with pytest.raises(BwrapOptionUnsupported) as info:
-        _policy(argv)
-    assert info.value.reason is Reason.BWRAP_OPTION_UNSUPPORTED
-    assert "not supported by pybwrap yet" in info.value.args[0]
+@pytest.mark.parametrize("argv,want", OVERLAYS, ids=[" ".join(a) for a, _ in OVERLAYS])
+def test_overlays_map_to_overlay_ops(argv, want):
+    policy, _ = _policy(argv)
+    assert want in policy.fs
+
+
+def test_overlay_sources_are_realpathed_and_missing_ones_use_bwraps_words(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    policy, _ = _policy(["--overlay-src", str(tmp_path / "link"), "--tmp-overlay", "/o", "c"])
+    assert P.Overlay("/o", (str(tmp_path / "real"),), tmp=True) in policy.fs
+    with pytest.raises(BwrapArgumentError) as info:
+        _policy(["--overlay-src", "/usr", "--overlay", str(tmp_path / "nope"), "/srv", "/o", "c"])
+    assert info.value.args[0] == f"Can't find source path {tmp_path / 'nope'}: No such file or directory"
 
 
 def test_parent_mode_follows_bwrap():
