@@ -53,7 +53,7 @@ struct psb_launch {
     const char *argbuf; int argc; const char *envbuf; int envc;
     const char *exe; const char *path; int stdio[3];
     const int *pass_fds; int npass; int want_status; int started_fd;
-    const int *close_first; int nclose;
+    const int *close_first; int nclose; int release_fd;
 };
 struct psb_result { int pid; int status_fd; int stage; int op; int err; };
 

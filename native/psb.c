@@ -84,6 +84,7 @@ struct psb_child {
     volatile int cmd_failed;
     int parent_fds[3];    /* the parent's ends, closed first thing in the child */
     int go_fd, go_wr;     /* exec-init mode: the command waits for EOF on go_fd */
+    int last_hop;         /* index of the plan's last HOP op, or -1 */
     mode_t old_umask;     /* the caller's, restored before exec (setup runs with 0, as bwrap) */
 };
 
@@ -444,14 +445,13 @@ static int psb_loopback_up(void)
 
 static void psb_fmt_map(char *buf, unsigned int id);
 
-/* Runs in the child: wait for one byte (or EOF) on op->n, then close it, as bwrap's
- * --userns-block-fd and --block-fd (a read error other than EINTR fails the step).
- * With LIFELINE the launcher's death ends the wait: nobody is left to release us. */
-static int psb_op_wait_fd(struct psb_child *c, const struct psb_op *op, int i)
+/* Runs in the child: wait for one byte (or EOF) on fd, then close it (a read error
+ * other than EINTR fails the step). With lifeline the launcher's death ends the wait:
+ * nobody is left to release us. */
+static int psb_wait_byte(struct psb_child *c, int fd, int lifeline, int i)
 {
-    int fd = (int)op->n;
     struct pollfd pfd[2] = { { fd, POLLIN, 0 }, { c->lifeline, POLLIN, 0 } };
-    nfds_t n = (op->flags & PSB_F_LIFELINE) ? 2 : 1;
+    nfds_t n = lifeline ? 2 : 1;
     for (;;) {
         int r = poll(pfd, n, -1);
         if (r < 0 && errno == EINTR)
@@ -476,6 +476,20 @@ static int psb_op_wait_fd(struct psb_child *c, const struct psb_op *op, int i)
     close(fd);
     errno = saved;
     return got < 0 ? -1 : 0;
+}
+
+/* WAIT_FD: bwrap's --userns-block-fd and --block-fd. */
+static int psb_op_wait_fd(struct psb_child *c, const struct psb_op *op, int i)
+{
+    return psb_wait_byte(c, (int)op->n, (op->flags & PSB_F_LIFELINE) != 0, i);
+}
+
+/* Runs in the child, once its pid is reported (psb_launch.release_fd). Op index i is
+ * where a failure is reported: the next op to run. */
+static void psb_wait_release(struct psb_child *c, int i)
+{
+    if (c->launch->release_fd >= 0 && psb_wait_byte(c, c->launch->release_fd, 1, i) != 0)
+        psb_fail(c, PSB_STAGE_OP, i, errno);
 }
 
 /* Runs in the child with full capabilities in the sandbox's user namespace, after
@@ -941,6 +955,8 @@ static void psb_child_main(struct psb_child *c, int start)
             if (next > 0)
                 _exit(0);
             r = psb_record(c, PSB_STAGE_HOP_PID, i);
+            if (r == 0 && i == c->last_hop)
+                psb_wait_release(c, i + 1);
             break;
         }
         default:
@@ -991,6 +1007,8 @@ static int psb_setup_entry(void *arg)
     for (int i = 0; i < c->launch->nclose; i++)
         close(c->launch->close_first[i]);
     c->old_umask = umask(0);   /* as bwrap: setup creates exact modes */
+    if (c->last_hop < 0)
+        psb_wait_release(c, 0);
     psb_child_main(c, 0);
     return 127;
 }
@@ -1096,9 +1114,13 @@ static int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *l
         envp[i] = (char *)p;
     envp[launch->envc] = NULL;
 
-    int hops = 0;
-    for (int i = 0; i < plan->nops; i++)
-        hops += plan->ops[i].kind == PSB_OP_HOP;
+    int hops = 0, last_hop = -1;
+    for (int i = 0; i < plan->nops; i++) {
+        if (plan->ops[i].kind == PSB_OP_HOP) {
+            hops++;
+            last_hop = i;
+        }
+    }
     int errpipe[2], lifeline[2], status[2] = { -1, -1 };
     if (hops == 0 ? pipe2(errpipe, O_CLOEXEC) != 0 : psb_cred_socketpair(errpipe) != 0)
         goto pipe_failed;
@@ -1130,6 +1152,7 @@ static int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *l
     c.parent_fds[1] = lifeline[1];
     c.parent_fds[2] = status[0];
     c.go_fd = c.go_wr = -1;
+    c.last_hop = last_hop;
 
     /* Exec-init mode: the setup process shares our memory (no page-table copy) on a
      * stack of its own, and the command gets another. Both are done with our memory

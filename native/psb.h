@@ -120,6 +120,11 @@ struct psb_launch {
     const int *close_first;   /* the child closes these before any op (bwrap's info fd:
                                  its reader waits for EOF before releasing a WAIT_FD) */
     int nclose;
+    int release_fd;           /* >= 0 (with started_fd): once its pid is reported (the last
+                                 hop's, with hops), the setup waits for a byte here before
+                                 any op runs in its namespaces, so the reader of started_fd
+                                 sees them (bwrap's namespace ids) before the command can
+                                 exit; the launcher's death ends the wait (parent_died) */
 };
 
 struct psb_result {

@@ -659,10 +659,14 @@ class _Ready:
 
 def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
     """psb_spawn, with ``on_start(pid)`` called on a helper thread as soon as the child
-    exists (the executor writes its pid to a pipe right after the clone). An exception
-    from ``on_start`` kills the child (it may be waiting for that very caller) and is
-    raised once psb_spawn returns."""
+    exists (the executor writes its pid to a pipe right after the clone, or after the
+    last hop). The setup waits until ``on_start`` has returned (a byte on the release
+    pipe), so what it reads of the child (its namespaces) is there even for a command
+    that exits at once, as bwrap's parent reads them before releasing its child. An
+    exception from ``on_start`` kills the child instead and is raised once psb_spawn
+    returns."""
     r, w = os.pipe2(os.O_CLOEXEC)
+    release_r, release_w = os.pipe2(os.O_CLOEXEC)
     failed: list = []
     started: list = []
 
@@ -677,6 +681,7 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
         started.append(pid)
         try:
             on_start(pid)
+            os.write(release_w, b"\0")
         except BaseException as exc:   # noqa: BLE001 - re-raised in the launching thread
             failed.append(exc)
             try:
@@ -686,13 +691,14 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
 
     reader = threading.Thread(target=report, name="pysandbox-on-start", daemon=True)
     reader.start()
-    launch.started_fd = w
+    launch.started_fd, launch.release_fd = w, release_r
     try:
         rc = lib.psb_spawn(plan, launch, res)
     finally:
         os.close(w)
         reader.join()
-        os.close(r)
+        for fd in (r, release_r, release_w):
+            os.close(fd)
     if failed:
         if rc == 0:
             os.waitpid(res.pid, 0)
@@ -795,7 +801,7 @@ class NativeBackend:
         L.stdio = [launch.stdin, launch.stdout, launch.stderr]
         L.pass_fds, L.npass = keep[4], len(launch.pass_fds)
         L.want_status = int(ready.compiled.want_status)
-        L.started_fd = -1
+        L.started_fd = L.release_fd = -1
         L.close_first, L.nclose = keep[5], len(launch.close_in_setup)
         res = ffi.new("struct psb_result *")
         if launch.on_start is None:

@@ -119,6 +119,32 @@ def test_json_status_documents_match_bwrap():
             assert isinstance(docs[0]["child-pid"], int) and docs[0]["child-pid"] > 1
 
 
+def test_info_fd_names_the_namespaces_of_a_command_that_exits_at_once():
+    """bwrap reads the namespace ids before its child may run; so does pybwrap (the
+    setup waits for them), even when the command is `true`. Ten rounds each."""
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+    keys = {}
+    for name, t in TOOLS.items():
+        for _ in range(10):
+            r, w = os.pipe()
+            try:
+                done = subprocess.run(t + ["--unshare-all", "--ro-bind", "/", "/", "--info-fd", str(w), "true"],
+                                      pass_fds=[w], env=ENV, capture_output=True, timeout=60)
+                os.close(w)
+                w = -1
+                doc = json.loads(_read_document(r))
+            finally:
+                os.close(r)
+                if w != -1:
+                    os.close(w)
+            assert done.returncode == 0, (name, done.stderr)
+            keys.setdefault(name, set()).add(tuple(sorted(doc)))
+    assert keys["bwrap"] == keys["pybwrap"] == {("cgroup-namespace", "child-pid", "ipc-namespace", "mnt-namespace",
+                                                  "net-namespace", "pid-namespace", "uts-namespace")}, keys
+
+
 def test_info_fd_text_matches_bwrap_layout():
     why = host_capability("native")
     if why is not None:

@@ -117,6 +117,27 @@ def test_userns_block_fd_unmapped_fails_closed(pipe):
     assert info.value.reason == Reason.SETUP_FAILED
 
 
+def test_setup_waits_for_on_start(tmp_path):
+    """The setup goes on only once on_start has returned (as bwrap's parent reads the
+    namespaces before releasing its child): a command that exits at once cannot beat
+    the caller. on_start dawdles, then leaves a marker; the command reports whether it
+    sees it. Control: the namespaces on_start read are the command's own."""
+    marker = tmp_path / "on-start-returned"
+    seen = {}
+
+    def on_start(pid):
+        seen["net"] = os.readlink(f"/proc/{pid}/ns/net")
+        time.sleep(0.3)
+        marker.write_text("x")
+
+    done = pysandbox.run(["sh", "-c", f"test -e {marker} && echo after || echo before; readlink /proc/self/ns/net"],
+                         policy=PP.Policy.default(workdir=tmp_path), backend="native", capture_output=True,
+                         text=True, timeout=60, on_start=on_start)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["after", seen["net"]]
+    assert seen["net"] != os.readlink("/proc/self/ns/net")
+
+
 def test_on_start_exception_kills_the_waiting_setup(pipe):
     r, w = pipe
     pids = []
