@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -67,3 +68,24 @@ def host_capability(cap: str) -> str | None:
 def python_in_sandbox() -> str:
     """The interpreter to run inside a sandbox: the running one (it is under / , bound read-only)."""
     return sys.executable
+
+
+def wait_until(pred, seconds: float = 20.0) -> bool:
+    """Poll ``pred`` every 50 ms until it holds or ``seconds`` pass (bounded); its last value."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def write_id_maps(pid: int, uid: int, gid: int) -> None:
+    """Map ``uid``/``gid`` inside the user namespace of ``pid`` to ours (setgroups denied),
+    as a caller of --userns-block-fd does from outside."""
+    with open(f"/proc/{pid}/setgroups", "w") as f:
+        f.write("deny")
+    with open(f"/proc/{pid}/uid_map", "w") as f:
+        f.write(f"{uid} {os.geteuid()} 1\n")
+    with open(f"/proc/{pid}/gid_map", "w") as f:
+        f.write(f"{gid} {os.getegid()} 1\n")

@@ -20,6 +20,7 @@ import sys
 import tempfile
 
 from tests.differential.normalise import diff, flatten
+from tests.differential.runner import caller_namespaces
 
 PROBE_SOURCE = open(os.path.join(os.path.dirname(__file__), "..", "differential", "probe.py")).read()
 BWRAP = "/usr/bin/bwrap"
@@ -112,22 +113,12 @@ def _is_open(fd: int) -> bool:
     return True
 
 
-def caller_ns() -> dict:
-    out = {}
-    for name in ("user", "mnt", "pid", "ipc", "uts", "net", "cgroup"):
-        try:
-            out[name] = os.stat(f"/proc/self/ns/{name}").st_ino
-        except OSError:
-            pass
-    return out
-
-
 def run_one(tool: list, case, base: str) -> dict:
     """Run ``case`` with ``tool`` (bwrap or pybwrap argv prefix); a record of what happened."""
     args = [_expand(w, base) for w in case.args]
     if case.command is None:
         probe = {"proc": case.proc, "dev": "/dev", "tmp": "/tmp",
-                 "paths": [_expand(p, base) for p in case.paths], "caller_ns": caller_ns()}
+                 "paths": [_expand(p, base) for p in case.paths], "caller_ns": caller_namespaces()}
         command = [sys.executable, "-c", PROBE_SOURCE, json.dumps(probe)]
     else:
         command = [_expand(w, base) for w in case.command]

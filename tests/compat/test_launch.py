@@ -6,7 +6,6 @@ after the documents."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import select
@@ -16,7 +15,7 @@ import sys
 import pytest
 
 from tests.compat.harness import BWRAP, PYBWRAP
-from tests.support import host_capability, need
+from tests.support import host_capability, need, write_id_maps
 
 TOOLS = {"bwrap": [BWRAP], "pybwrap": PYBWRAP}
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C"}
@@ -211,15 +210,6 @@ def _info_then(tool, args, command, release):
     return doc, proc.returncode, out.decode(), err.decode()
 
 
-def _write_maps(pid: int, uid: int, gid: int) -> None:
-    with open(f"/proc/{pid}/setgroups", "w") as f:
-        f.write("deny")
-    with open(f"/proc/{pid}/uid_map", "w") as f:
-        f.write(f"{uid} {os.getuid()} 1\n")
-    with open(f"/proc/{pid}/gid_map", "w") as f:
-        f.write(f"{gid} {os.getgid()} 1\n")
-
-
 def test_userns_block_fd_waits_for_the_callers_maps():
     why = host_capability("native")
     if why is not None:
@@ -231,7 +221,7 @@ def test_userns_block_fd_waits_for_the_callers_maps():
             # control: the setup is waiting before its id maps: none written yet
             with open(f"/proc/{pid}/uid_map") as f:
                 assert f.read() == "", name
-            _write_maps(pid, 0, 0)
+            write_id_maps(pid, 0, 0)
             os.write(block_w, b"1")
 
         doc, rc, out, err = _info_then(t, ["--unshare-user", "--unshare-pid", "--userns-block-fd", "{block}",

@@ -20,17 +20,9 @@ import pytest
 import pysandbox
 from pysandbox import policy as PP
 from pysandbox.errors import BwrapOptionUnsupported, Reason
+from tests.support import write_id_maps
 
 pytestmark = pytest.mark.requires("userns", "native")
-
-
-def _maps(pid: int, uid: int = 0, gid: int = 0) -> None:
-    with open(f"/proc/{pid}/setgroups", "w") as f:
-        f.write("deny")
-    with open(f"/proc/{pid}/uid_map", "w") as f:
-        f.write(f"{uid} {os.geteuid()} 1\n")
-    with open(f"/proc/{pid}/gid_map", "w") as f:
-        f.write(f"{gid} {os.getegid()} 1\n")
 
 
 @pytest.fixture
@@ -83,7 +75,7 @@ def test_userns_block_fd_caller_writes_the_maps(pipe):
     def on_start(pid):
         with open(f"/proc/{pid}/uid_map") as f:
             before.append(f.read())            # control: no map of ours was written
-        _maps(pid, 0, 0)
+        write_id_maps(pid, 0, 0)
         os.write(w, b"1")
 
     done = pysandbox.run(["sh", "-c", "cat /proc/self/uid_map; id -u; id -g"],
@@ -98,7 +90,7 @@ def test_userns_block_fd_with_nested_userns_disabled_keeps_the_callers_ids(pipe)
     r, w = pipe
 
     def on_start(pid):
-        _maps(pid, 0, 0)
+        write_id_maps(pid, 0, 0)
         os.write(w, b"1")
 
     done = pysandbox.run(["sh", "-c", "id -u; unshare -U true && echo nested-ok || echo nested-refused"],

@@ -18,9 +18,9 @@ import pysandbox
 from pysandbox import policy as PP
 from pysandbox.backends import get_backend
 from pysandbox.backends import native as N
-from pysandbox.errors import PolicyError, Reason, SetupError, UserNamespaceUnavailable
+from pysandbox.errors import PolicyError, Reason, SetupError
 from pysandbox.process import compiled
-from tests.support import need
+from tests.support import need, wait_until
 
 pytestmark = pytest.mark.requires("userns", "native")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -266,15 +266,6 @@ def _host_pids_with(token: str) -> list[int]:
     return found
 
 
-def _wait_until(pred, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
-
-
 def test_sigkill_of_the_launcher_kills_the_sandbox(tmp_path, init_mode):
     token = f"{os.getpid() % 1000}.{int(time.time() * 1000) % 100000}1"
     launcher = tmp_path / "launcher.py"
@@ -290,11 +281,11 @@ def test_sigkill_of_the_launcher_kills_the_sandbox(tmp_path, init_mode):
     proc = subprocess.Popen([sys.executable, str(launcher)], stdout=subprocess.PIPE, text=True)
     try:
         init = int(proc.stdout.readline())
-        assert _wait_until(lambda: len(_host_pids_with(token)) == 3), _host_pids_with(token)
+        assert wait_until(lambda: len(_host_pids_with(token)) == 3), _host_pids_with(token)
         assert os.path.exists(f"/proc/{init}")
         proc.kill()
         proc.wait(timeout=30)
-        assert _wait_until(lambda: not _host_pids_with(token)), _host_pids_with(token)
+        assert wait_until(lambda: not _host_pids_with(token)), _host_pids_with(token)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -308,7 +299,7 @@ def test_timeout_kills_grandchildren(tmp_path, init_mode):
     with pytest.raises(subprocess.TimeoutExpired):
         run(["sh", "-c", script], PP.Policy.default(workdir=tmp_path), timeout=3)
     assert started.exists()   # they did start
-    assert _wait_until(lambda: not _host_pids_with(token)), _host_pids_with(token)
+    assert wait_until(lambda: not _host_pids_with(token)), _host_pids_with(token)
 
 
 def _zombies_of(pid):

@@ -9,13 +9,13 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 import pysandbox
 from tests.security import oracles
+from tests.support import wait_until
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -69,15 +69,6 @@ time.sleep(600)
 ROLES = ("main", "child", "grandchild", "detached")
 
 
-def _bounded_wait(pred, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
-
-
 def test_descendants_stay_blocked_and_die_with_the_sandbox(backend, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -89,7 +80,7 @@ def test_descendants_stay_blocked_and_die_with_the_sandbox(backend, tmp_path):
         proc = pysandbox.Popen([sys.executable, "-I", str(work / "agent.py"), "main", marker, str(lst.port), str(work)],
                                policy=policy, backend=backend, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            reported = _bounded_wait(lambda: all((work / f"{marker}-{r}.json").exists() for r in ROLES), 60)
+            reported = wait_until(lambda: all((work / f"{marker}-{r}.json").exists() for r in ROLES), 60)
             assert reported, (sorted(p.name for p in work.iterdir()), proc.poll())
             # control: the host sees every descendant by its argv marker while the sandbox runs
             alive = oracles.host_pids_with(marker)
@@ -108,7 +99,7 @@ def test_descendants_stay_blocked_and_die_with_the_sandbox(backend, tmp_path):
         assert res["errno"] == errno.ECONNREFUSED, res
         assert res["sandbox_pid"] not in alive   # pids in the sandbox are not host pids
     assert lst.foreign == []
-    gone = _bounded_wait(lambda: oracles.host_pids_with(marker) == [], 10)
+    gone = wait_until(lambda: oracles.host_pids_with(marker) == [], 10)
     assert gone, f"sandbox processes survived: {oracles.host_pids_with(marker)}"
 
 
