@@ -89,3 +89,22 @@ def write_id_maps(pid: int, uid: int, gid: int) -> None:
         f.write(f"{uid} {os.geteuid()} 1\n")
     with open(f"/proc/{pid}/gid_map", "w") as f:
         f.write(f"{gid} {os.getegid()} 1\n")
+
+
+def processes_with(needle: str) -> list[tuple[int, bytes]]:
+    """(pid, raw command line) of the host processes, this one excepted, whose command
+    line (NUL-separated) contains ``needle``."""
+    found = []
+    me = os.getpid()
+    want = needle.encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if want in cmd:
+            found.append((int(name), cmd))
+    return found

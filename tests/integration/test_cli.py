@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
 from tests.integration.test_sandbox import _processes_with
+from tests.support import wait_until
 
 
 def cli(backend, *args, cwd, env=None, **kwargs):
@@ -125,15 +125,6 @@ def test_verbose_names_the_backend(backend, wd):
     assert done.returncode == 0 and f"backend {backend}" in done.stderr
 
 
-def _wait_for(predicate, seconds=30.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_timeout_kills_everything(backend, wd):
     token = f"2{uuid.uuid4().int % 10**6:06d}.5"
     done = cli(backend, "--timeout", "3", "--", "sh", "-c", f"sleep {token} & sh -c 'sleep {token}' & wait",
@@ -141,7 +132,7 @@ def test_timeout_kills_everything(backend, wd):
     # SIGTERM ends sh (143); were it ignored, SIGKILL follows (137)
     assert done.returncode in (128 + signal.SIGTERM, 128 + signal.SIGKILL), done.stderr
     assert "timeout" in done.stderr
-    assert _wait_for(lambda: not _processes_with("sleep\0" + token))
+    assert wait_until(lambda: not _processes_with("sleep\0" + token), 30)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
@@ -152,7 +143,7 @@ def test_signals_are_forwarded(backend, wd, sig):
                             cwd=wd, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        assert _wait_for(lambda: _processes_with("sleep\0" + token))   # control: running
+        assert wait_until(lambda: _processes_with("sleep\0" + token), 30)   # control: running
         proc.send_signal(sig)
         code = proc.wait(timeout=60)
     finally:
@@ -161,7 +152,7 @@ def test_signals_are_forwarded(backend, wd, sig):
             proc.wait()
         proc.stdout.close()
     assert code == 128 + sig
-    assert _wait_for(lambda: not _processes_with("sleep\0" + token))
+    assert wait_until(lambda: not _processes_with("sleep\0" + token), 30)
 
 
 STUBBORN = r"""
@@ -178,7 +169,7 @@ def test_timeout_sigterm_then_sigkill(backend, wd):
     done = cli(backend, "--timeout", "2", "--", sys.executable, "-c", STUBBORN, token, cwd=wd)
     assert done.stdout.split("\n")[:2] == ["ready", "ignored 15"], (done.stdout, done.stderr)
     assert done.returncode == 128 + signal.SIGKILL
-    assert _wait_for(lambda: not _processes_with(token))
+    assert wait_until(lambda: not _processes_with(token), 30)
 
 
 HANDLER = r"""

@@ -20,7 +20,7 @@ from pysandbox.backends import get_backend
 from pysandbox.backends import native as N
 from pysandbox.errors import PolicyError, Reason, SetupError
 from pysandbox.process import compiled
-from tests.support import need, wait_until
+from tests.support import need, processes_with, wait_until
 
 pytestmark = pytest.mark.requires("userns", "native")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -252,18 +252,7 @@ def test_user_namespace_limit_is_reported_by_clone_not_setup():
 # ---------------------------------------------------------------- lifetime
 
 def _host_pids_with(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if cmd.startswith(b"sleep\0") and token.encode() in cmd:
-            found.append(int(name))
-    return found
+    return [pid for pid, cmd in processes_with(token) if cmd.startswith(b"sleep\0")]
 
 
 def test_sigkill_of_the_launcher_kills_the_sandbox(tmp_path, init_mode):

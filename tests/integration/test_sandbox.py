@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 import pysandbox
-from tests.support import python_in_sandbox
+from tests.support import processes_with, python_in_sandbox
 
 PY = python_in_sandbox()
 
@@ -288,16 +288,7 @@ def test_environment_operations(backend, wd):
 # ---------------------------------------------------------------- timeout
 
 def _processes_with(token: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if token.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
+    return [pid for pid, _ in processes_with(token)]
 
 
 def test_timeout_kills_grandchildren(backend, wd):

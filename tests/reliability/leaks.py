@@ -15,6 +15,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from tests.support import processes_with
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -131,20 +133,7 @@ def unchanged(limit: float = 10.0, policy=None, paths=()):
 
 def survivors(marker: str) -> list[tuple[int, str]]:
     """Host processes whose command line contains ``marker`` (not this process)."""
-    found = []
-    me = os.getpid()
-    needle = marker.encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if needle in cmd:
-            found.append((int(name), cmd.replace(b"\0", b" ").decode(errors="replace")[:200]))
-    return found
+    return [(pid, cmd.replace(b"\0", b" ").decode(errors="replace")[:200]) for pid, cmd in processes_with(marker)]
 
 
 def wait_no_survivors(marker: str, limit: float = 10.0) -> list[tuple[int, str]]:

@@ -10,7 +10,6 @@ trip completed after an attempt proves every earlier connection was seen.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import threading
@@ -18,6 +17,7 @@ import time
 import uuid
 
 import pysandbox
+from tests.support import processes_with
 
 PROBE_TIMEOUT = 60
 
@@ -177,15 +177,4 @@ def done():
 
 def host_pids_with(marker: str) -> list[int]:
     """Host pids whose command line contains ``marker``."""
-    found = []
-    me = str(os.getpid())
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or entry == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return [pid for pid, _ in processes_with(marker)]
