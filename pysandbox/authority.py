@@ -4,7 +4,8 @@ A network namespace does not isolate pathname Unix sockets: a socket visible in
 the sandbox's file system can be connected, and some of them hand out the host's
 authority (the docker or podman API is root on the host; an ssh or gpg agent
 signs as the user; the D-Bus session bus can start programs outside the
-sandbox). In network deny mode ``Policy.default`` covers the ones listed here
+sandbox; the D-Bus system bus, systemd's private socket, udev, snapd, libvirt
+and LXD trust the peer's uid, which is 0 for a root caller's sandbox). In network deny mode ``Policy.default`` covers the ones listed here
 with an inaccessible node and removes the variables that advertise them;
 ``keep_authority_sockets=True`` keeps them.
 
@@ -41,6 +42,27 @@ _SYSTEM = (
     ("cri", "crio/crio.sock"),
     ("cri", "cri-dockerd.sock"),
     ("cri", "dockershim.sock"),
+    # Root services that trust the peer's uid (SO_PEERCRED): a root caller's sandbox
+    # connects as uid 0 and can ask them to run anything on the host (systemd's
+    # StartTransientUnit over the system bus or its private socket, udev rules,
+    # snapd, libvirt and LXD/Incus guests).
+    ("dbus-system", "dbus/system_bus_socket"),
+    ("systemd", "systemd/private"),
+    ("systemd", "systemd/io.systemd.ManagedOOM"),
+    ("systemd", "systemd/userdb/io.systemd.DynamicUser"),
+    ("udev", "udev/control"),
+    ("snapd", "snapd.socket"),
+    ("snapd", "snapd-snap.socket"),
+    ("libvirt", "libvirt/libvirt-sock"),
+    ("libvirt", "libvirt/virtqemud-sock"),
+    ("lxd", "lxd/unix.socket"),
+    ("incus", "incus/unix.socket"),
+)
+# Daemons that keep their API socket under /var/lib or /var/snap (LXD, Incus).
+_STATE = (
+    ("lxd", "/var/lib/lxd/unix.socket"),
+    ("lxd", "/var/snap/lxd/common/lxd/unix.socket"),
+    ("incus", "/var/lib/incus/unix.socket"),
 )
 # Relative to $XDG_RUNTIME_DIR (rootless daemons, the session bus, gpg-agent).
 _RUNTIME = (
@@ -55,8 +77,9 @@ _GPG_SOCKETS = ("S.gpg-agent", "S.gpg-agent.ssh", "S.gpg-agent.extra", "S.gpg-ag
 @dataclass(frozen=True)
 class AuthoritySocket:
     """One known authority socket: ``path`` as named, ``kind`` (docker, podman,
-    containerd, buildkit, cri, ssh-agent, gpg-agent, dbus-session) and ``source``
-    (``"well-known path"`` or the variable that named it)."""
+    containerd, buildkit, cri, ssh-agent, gpg-agent, dbus-session, dbus-system, systemd,
+    udev, snapd, libvirt, lxd, incus) and ``source`` (``"well-known path"`` or the
+    variable that named it)."""
 
     path: str
     kind: str
@@ -109,6 +132,8 @@ def candidates(environ: Mapping[str, str] | None = None, home: str | None = None
     for root in ("/run", "/var/run"):
         for kind, rel in _SYSTEM:
             found.append(AuthoritySocket(f"{root}/{rel}", kind, "well-known path"))
+    for kind, path in _STATE:
+        found.append(AuthoritySocket(path, kind, "well-known path"))
     runtime = env.get("XDG_RUNTIME_DIR") or ""
     runtime_dirs = [runtime] if runtime.startswith("/") else []
     user_run = f"/run/user/{os.getuid()}"
@@ -211,7 +236,7 @@ def coverage(policy) -> dict:
     unset = [name for name in ENV_VARIABLES if name in policy.env.unset]
     if masked or unset:
         scope = ("the well-known authority sockets (docker, podman, containerd, CRI, buildkit, ssh-agent, "
-                 "gpg-agent, D-Bus session bus) that existed when the policy was built are masked and the "
+                 "gpg-agent, D-Bus session and system buses, systemd, udev, snapd, libvirt, LXD, Incus) that existed when the policy was built are masked and the "
                  "variables that advertise them removed; any other Unix socket visible in the sandbox's "
                  "file system, including every socket in a writable bind, stays reachable")
     else:

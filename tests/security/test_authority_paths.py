@@ -89,3 +89,15 @@ def test_default_policy_unsets_variables_only_in_deny_mode(monkeypatch):
     # an explicit caller setting still wins over the unset
     explicit = pysandbox.Policy.default(env=pysandbox.Env(set={"SSH_AUTH_SOCK": "/mine"}))
     assert explicit.env.apply(os.environ)["SSH_AUTH_SOCK"] == "/mine"
+
+
+def test_root_services_that_trust_the_peer_uid_are_candidates():
+    # A root caller's sandbox connects as uid 0: these services would run anything for it.
+    got = {(p, k) for p, k, _ in _paths({})}
+    for root in ("/run", "/var/run"):
+        for rel, kind in (("dbus/system_bus_socket", "dbus-system"), ("systemd/private", "systemd"),
+                          ("udev/control", "udev"), ("snapd.socket", "snapd"),
+                          ("libvirt/libvirt-sock", "libvirt")):
+            assert (f"{root}/{rel}", kind) in got
+    assert ("/var/snap/lxd/common/lxd/unix.socket", "lxd") in got
+    assert ("/var/lib/incus/unix.socket", "incus") in got
