@@ -27,14 +27,14 @@ def _require_tiocsti_control(via):
 @pytest.mark.parametrize("via", ["libc", "high_bits"])
 def test_tiocsti_refused_x86_64(via):
     _require_tiocsti_control(via)
-    assert h.in_child([seccomp.tty_filter()], h.sti_probe(via)) == (errno.EPERM, b"")
+    assert h.in_child([seccomp.default_filter()], h.sti_probe(via)) == (errno.EPERM, b"")
 
 
 def test_tiocsti_refused_through_int80():
     if h.in_child([], h.int80_getpid) <= 0:
         not_applicable("the kernel has no i386 entry (IA32 emulation off): int 0x80 cannot bypass")
     _require_tiocsti_control("int80")
-    assert h.in_child([seccomp.tty_filter()], h.sti_probe("int80")) == (errno.EPERM, b"")
+    assert h.in_child([seccomp.default_filter()], h.sti_probe("int80")) == (errno.EPERM, b"")
 
 
 def _tioclinux_probe(high_bits):
@@ -54,7 +54,7 @@ def _tioclinux_probe(high_bits):
 def test_tioclinux_refused(high_bits):
     # A pty is not a VT: unfiltered, the kernel answers ENOTTY (the request reached it).
     assert h.in_child([], _tioclinux_probe(high_bits)) == errno.ENOTTY
-    assert h.in_child([seccomp.tty_filter()], _tioclinux_probe(high_bits)) == errno.EPERM
+    assert h.in_child([seccomp.default_filter()], _tioclinux_probe(high_bits)) == errno.EPERM
 
 
 def _other_ioctls():
@@ -69,13 +69,13 @@ def _other_ioctls():
 
 
 def test_other_ioctls_and_syscalls_pass():
-    assert h.in_child([seccomp.tty_filter(), seccomp.strict_unix_filter()], _other_ioctls) == (8, True, True)
+    assert h.in_child([seccomp.default_filter(), seccomp.strict_unix_filter()], _other_ioctls) == (8, True, True)
 
 
 def test_x32_abi_refused():
     if h.in_child([], h.x32_getpid) < 0:
         not_applicable("the kernel has no x32 ABI (CONFIG_X86_X32_ABI off): nothing to bypass with")
-    assert h.in_child([seccomp.tty_filter()], h.x32_getpid) == -errno.ENOSYS
+    assert h.in_child([seccomp.default_filter()], h.x32_getpid) == -errno.ENOSYS
     assert h.in_child([seccomp.strict_unix_filter()], h.x32_getpid) == -errno.ENOSYS
 
 
@@ -109,12 +109,12 @@ def test_strict_unix_refuses_int80_socket_and_socketcall():
 
 def test_other_architecture_is_refused_by_the_builder():
     with pytest.raises(pysandbox.CapabilityUnavailable) as info:
-        seccomp.tty_filter(machine="aarch64")
+        seccomp.default_filter(machine="aarch64")
     assert info.value.reason == pysandbox.Reason.SECCOMP_UNAVAILABLE
 
 
 def test_programs_start_with_the_arch_check_and_kill_unknown_arches():
-    for prog in (seccomp.tty_filter(), seccomp.strict_unix_filter()):
+    for prog in (seccomp.default_filter(), seccomp.default_filter("allow", True), seccomp.strict_unix_filter()):
         insns = seccomp.disassemble(prog)
         assert insns[0] == (seccomp.BPF_LD_W_ABS, 0, 0, seccomp.OFF_ARCH)
         assert insns[3] == (seccomp.BPF_RET_K, 0, 0, seccomp.RET_KILL_PROCESS)
@@ -136,12 +136,16 @@ def _ops(policy):
     return [op.program for op in plan.compile(policy).ops if isinstance(op, plan.Seccomp)]
 
 
-def test_plan_always_carries_the_tty_filter_and_strict_only_when_asked():
+def test_plan_always_carries_the_default_filter_and_strict_only_when_asked():
     caller = seccomp._insn(seccomp.BPF_RET_K, 0, 0, seccomp.RET_ALLOW)
     shared = pysandbox.Policy.default(new_session=False, network="allow")
-    assert _ops(shared) == [seccomp.tty_filter()]
+    assert _ops(shared) == [seccomp.default_filter("allow")]
     strict = pysandbox.Policy.default(strict_unix=True, seccomp=(caller,))
-    assert _ops(strict) == [caller, seccomp.tty_filter(), seccomp.strict_unix_filter()]
+    assert _ops(strict) == [caller, seccomp.default_filter("deny"), seccomp.strict_unix_filter()]
+    # the network mode and the io_uring switch reach the default filter
+    uring = pysandbox.Policy.default(network="allow", allow_io_uring=True)
+    assert _ops(uring) == [seccomp.default_filter("allow", allow_io_uring=True)]
+    assert len({seccomp.default_filter(m, u) for m in ("deny", "allow") for u in (False, True)}) == 4
     # the filters come after no_new_privs
     ops = plan.compile(strict).ops
     nnp = next(i for i, op in enumerate(ops) if isinstance(op, plan.NoNewPrivs))
