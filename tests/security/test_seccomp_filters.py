@@ -150,3 +150,61 @@ def test_plan_always_carries_the_default_filter_and_strict_only_when_asked():
     ops = plan.compile(strict).ops
     nnp = next(i for i, op in enumerate(ops) if isinstance(op, plan.NoNewPrivs))
     assert all(i > nnp for i, op in enumerate(ops) if isinstance(op, plan.Seccomp))
+
+
+# ---------------------------------------------------------------- keyring, io_uring, families
+
+def test_keyring_calls_refused():
+    control = h.in_child([], h.keyring_probe)
+    assert control["session_id"] > 0 and control["add_key"] == 0 and control["read_session"] == 0
+    assert control["request_key"] == -errno.ENOKEY
+    for mode in ("deny", "allow"):
+        assert h.in_child([seccomp.default_filter(mode)], h.keyring_probe) == {
+            "session_id": -errno.EPERM, "add_key": -errno.EPERM, "request_key": -errno.EPERM,
+            "read_session": -errno.EPERM}
+
+
+def _require_io_uring():
+    got = h.in_child([], h.io_uring_probe)
+    if got["setup"] != 0:
+        not_applicable(f"io_uring_setup fails on this host even unfiltered (errno {-got['setup']}; "
+                       "kernel.io_uring_disabled?): nothing to refuse")
+    return got
+
+
+def test_io_uring_refused_with_enosys_unless_allowed():
+    control = _require_io_uring()
+    assert -errno.ENOSYS not in control.values()
+    assert h.in_child([seccomp.default_filter()], h.io_uring_probe) == dict.fromkeys(control, -errno.ENOSYS)
+    assert h.in_child([seccomp.default_filter("allow", allow_io_uring=True)], h.io_uring_probe) == control
+
+
+def _require_vsock(control):
+    if control["vsock"] != 0:
+        not_applicable(f"socket(AF_VSOCK) fails on this host even unfiltered (errno {control['vsock']}): "
+                       "no vsock transport to refuse")
+
+
+def test_global_socket_families_refused_in_deny_mode_only():
+    control = h.in_child([], h.family_probe)
+    _require_vsock(control)
+    assert control["socketpair_vsock"] == errno.EOPNOTSUPP    # the call reached the vsock family
+    refused = {"vsock", "qipcrtr", "bluetooth", "nfc", "caif", "ieee802154", "socketpair_vsock"}
+    for mode in ("deny", "proxy"):
+        got = h.in_child([seccomp.default_filter(mode)], h.family_probe)
+        assert got == {k: (errno.EAFNOSUPPORT if k in refused else v) for k, v in control.items()}, mode
+    assert h.in_child([seccomp.default_filter("allow")], h.family_probe) == control
+
+
+def test_int80_keyring_io_uring_and_families_refused():
+    if h.in_child([], h.int80_getpid) <= 0:
+        not_applicable("the kernel has no i386 entry (IA32 emulation off)")
+    control = h.in_child([], h.int80_surface_probe)
+    assert control["keyctl"] == 0 and control["socket_vsock"] == 0 and control["socketcall_socket"] == 0
+    assert control["io_uring_enter"] != errno.ENOSYS
+    assert h.in_child([seccomp.default_filter()], h.int80_surface_probe) == {
+        "keyctl": errno.EPERM, "io_uring_enter": errno.ENOSYS, "socket_vsock": errno.EAFNOSUPPORT,
+        "socketcall_socket": errno.EPERM, "socketcall_socketpair": errno.EPERM}
+    # network allow with io_uring allowed: only the keyring stays refused
+    assert h.in_child([seccomp.default_filter("allow", True)], h.int80_surface_probe) == {
+        **control, "keyctl": errno.EPERM}
