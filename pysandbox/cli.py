@@ -29,6 +29,21 @@ sandbox could not be set up (the command never ran; one stderr line names the re
 code); 126 command not executable; 127 command not found; 2 usage error.
 --timeout sends SIGTERM to the command, then SIGKILL to the whole sandbox 2 seconds
 later. SIGTERM, SIGINT and SIGHUP sent to pysandbox are forwarded to the command.
+
+workdir: the current directory by default, bound read-write. '/' is refused as a
+workdir (reason workdir_too_broad); when the current directory is your home
+directory or one of its ancestors, name the workdir explicitly (--workdir DIR, even
+--workdir ~ if you mean it) or pass --no-workdir.
+
+environment: by default the caller's whole environment reaches the command, secrets
+included (AWS_*, GITHUB_TOKEN, SSH_*, cloud and CI tokens ...). --keep-env NAME
+(repeatable) keeps only the named variables; --clearenv keeps none. Then --unsetenv
+and --setenv apply.
+
+kernel surface: the built-in seccomp filter refuses keyctl/add_key/request_key (the
+caller's session keyring stays out of reach), io_uring (unless --allow-io-uring with
+--network allow) and, with --network deny, sockets of families no network namespace
+confines (AF_VSOCK, AF_QIPCRTR, ...).
 """
 
 
@@ -57,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="deny: a new network namespace with only lo (default); allow: the host network")
     wd = run.add_mutually_exclusive_group()
     wd.add_argument("--workdir", metavar="PATH",
-                    help="directory bound read-write and started in (default: the current directory)")
+                    help="directory bound read-write and started in (default: the current directory; "
+                         "never /; required when the current directory is $HOME or above it)")
     wd.add_argument("--no-workdir", action="store_true", help="bind no working directory read-write")
     run.add_argument("--rw", metavar="PATH", action="append", default=[], help="bind PATH read-write (repeatable)")
     run.add_argument("--ro", metavar="PATH", action="append", default=[], help="bind PATH read-only (repeatable)")
@@ -70,7 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="set an environment variable (repeatable)")
     run.add_argument("--unsetenv", metavar="NAME", action="append", default=[],
                      help="unset an environment variable (repeatable)")
-    run.add_argument("--clearenv", action="store_true", help="start from an empty environment")
+    run.add_argument("--clearenv", action="store_true",
+                     help="start from an empty environment (by default the caller's whole environment, "
+                          "secrets such as AWS_* or GITHUB_TOKEN included, reaches the command)")
+    run.add_argument("--keep-env", metavar="NAME", action="append", default=None,
+                     help="keep only this variable of the caller's environment (repeatable; every other "
+                          "one is dropped; then --unsetenv and --setenv apply)")
     run.add_argument("--share-session", action="store_true",
                      help="keep the caller's session (no setsid); the terminal stays reachable")
     run.add_argument("--keep-authority-sockets", action="store_true",
@@ -78,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "D-Bus session sockets and their variables (masked by default)")
     run.add_argument("--strict-unix", action="store_true",
                      help="refuse new AF_UNIX sockets by seccomp (socketpair still works)")
+    run.add_argument("--allow-io-uring", action="store_true",
+                     help="allow io_uring (refused by default with ENOSYS); needs --network allow and "
+                          "no --strict-unix, since io_uring makes sockets seccomp cannot see")
     run.add_argument("--pass-fd", metavar="FD", type=_fd, action="append", default=[],
                      help="pass descriptor FD (>= 3) to the command (repeatable)")
     run.add_argument("--timeout", metavar="SECONDS", type=_seconds,
@@ -149,16 +173,59 @@ def main(argv: list[str] | None = None) -> int:
 
 def _policy(args):
     from .policy import Env, Policy
-    workdir = None if args.no_workdir else (args.workdir or os.getcwd())
+    if args.no_workdir:
+        workdir = None
+    elif args.workdir is not None:
+        workdir = args.workdir
+    else:
+        workdir = _default_workdir()
     overrides = {}
     if args.chdir is not None:
         overrides["chdir"] = args.chdir
+    keep = None if args.keep_env is None else tuple(args.keep_env)
     return Policy.default(workdir=workdir, network=args.network, ro=args.ro, rw=args.rw, hide=args.hide,
                           tmpfs=args.tmpfs, env=Env(clear=args.clearenv, set=tuple(map(tuple, args.setenv)),
-                                                    unset=tuple(args.unsetenv)),
+                                                    unset=tuple(args.unsetenv), keep=keep),
                           new_session=not args.share_session, pass_fds=tuple(args.pass_fd),
                           keep_authority_sockets=args.keep_authority_sockets, strict_unix=args.strict_unix,
-                          **overrides)
+                          allow_io_uring=args.allow_io_uring, **overrides)
+
+
+def home_directories() -> set[str]:
+    """The caller's home directories: ``$HOME`` and the password database's entry."""
+    import pwd
+    homes = set()
+    candidates = [os.environ.get("HOME")]
+    try:
+        candidates.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        pass
+    for home in candidates:
+        if home and home.startswith("/"):
+            homes.add(os.path.realpath(home))
+    return homes
+
+
+def _default_workdir() -> str:
+    """The current directory as the default workdir, unless it is ``/`` (Policy.default
+    refuses it) or a home directory or one of its ancestors: binding that read-write
+    hands the command every dotfile, key and token below it.
+
+    Raises:
+        PolicyError: ``workdir_too_broad``.
+    """
+    from .errors import PolicyError, Reason
+    cwd = os.getcwd()
+    real = os.path.realpath(cwd)
+    if real == "/":
+        return cwd    # Policy.default refuses it, with its own message
+    for home in sorted(home_directories()):
+        if home != "/" and (real == home or home.startswith(real.rstrip("/") + "/")):
+            what = "your home directory" if real == home else f"an ancestor of your home directory {home}"
+            raise PolicyError(f"the current directory {cwd} is {what}: binding it read-write would give the "
+                              "command everything below it; pass --workdir DIR (--workdir ~ if you mean it) "
+                              "or --no-workdir", Reason.WORKDIR_TOO_BROAD, cwd)
+    return cwd
 
 
 def _run(parser, args) -> int:

@@ -39,6 +39,7 @@ class Reason(str, enum.Enum):
     PARENT_DIED = "parent_died"
     # policy (user input)
     INVALID_PATH = "invalid_path"
+    WORKDIR_TOO_BROAD = "workdir_too_broad"
     BIND_SOURCE_MISSING = "bind_source_missing"
     MOUNT_POINT_MISSING = "mount_point_missing"
     INVALID_MODE = "invalid_mode"

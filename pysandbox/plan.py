@@ -295,8 +295,11 @@ def compile(policy: P.Policy, *, allow_host_mountpoints: bool = False,
     if policy.block_fd is not None:   # as bwrap: after the capability drop, before seccomp
         ops.append(WaitFd(policy.block_fd))
     ops.extend(Seccomp(prog) for prog in policy.seccomp)
-    # Built-in filters, always: TIOCSTI/TIOCLINUX refused even with a shared session.
-    ops.extend(Seccomp(prog) for prog in _seccomp.builtin_filters(strict_unix=policy.strict_unix))
+    # Built-in filters, always (seccomp.py): TIOCSTI/TIOCLINUX refused even with a shared
+    # session, the keyring calls, io_uring unless allowed, and in deny/proxy mode the
+    # socket families no network namespace confines (AF_VSOCK ...).
+    ops.extend(Seccomp(prog) for prog in _seccomp.builtin_filters(
+        strict_unix=policy.strict_unix, network=policy.network.mode, allow_io_uring=policy.allow_io_uring))
     if policy.new_session:
         ops.append(NewSession())
     ops.append(Chdir(policy.chdir or "/"))

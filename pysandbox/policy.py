@@ -405,11 +405,21 @@ class Network:
 @dataclass(frozen=True)
 class Env:
     """Environment operations, applied to the caller's environment at launch:
-    clear first (if ``clear``), then unset, then set."""
+    start from it (or from nothing if ``clear``, or from only the ``keep`` names it
+    has, if ``keep`` is given), then unset, then set.
+
+    By default the caller's whole environment reaches the command, secrets included
+    (``AWS_*``, ``GITHUB_TOKEN``, ...): ``keep`` is the allow-list that stops that.
+
+    Raises:
+        PolicyError: a bad name or value (``invalid_value``); ``keep`` with ``clear``
+            (``conflicting_options``: keep already drops everything else).
+    """
 
     clear: bool = False
     set: tuple[tuple[str, str], ...] = ()
     unset: tuple[str, ...] = ()
+    keep: tuple[str, ...] | None = None
 
     def __post_init__(self):
         pairs = tuple(self.set.items()) if isinstance(self.set, Mapping) else _items(self.set, "environment set")
@@ -425,9 +435,27 @@ class Env:
             _check_env_name(name)
         _set(self, "set", pairs)
         _set(self, "unset", tuple(self.unset))
+        if not isinstance(self.clear, bool):
+            raise PolicyError("clear must be a bool", Reason.INVALID_VALUE, self.clear)
+        if self.keep is not None:
+            if isinstance(self.keep, str):
+                raise PolicyError("keep must be a collection of names, not one string",
+                                  Reason.INVALID_VALUE, self.keep)
+            keep = _items(self.keep, "environment keep")
+            for name in keep:
+                _check_env_name(name)
+            if self.clear:
+                raise PolicyError("environment keep already drops every other variable: do not also clear",
+                                  Reason.CONFLICTING_OPTIONS, keep)
+            _set(self, "keep", tuple(dict.fromkeys(keep)))
 
     def apply(self, base: Mapping[str, str]) -> dict[str, str]:
-        env = {} if self.clear else dict(base)
+        if self.clear:
+            env = {}
+        elif self.keep is not None:
+            env = {name: base[name] for name in self.keep if name in base}
+        else:
+            env = dict(base)
         for name in self.unset:
             env.pop(name, None)
         for name, value in self.set:
@@ -474,6 +502,7 @@ class Policy:
     argv0: str | None = None
     keep_authority_sockets: bool = False   # deny mode: keep docker/ssh-agent/... sockets (authority.py)
     strict_unix: bool = False              # seccomp: socket(AF_UNIX) refused, socketpair allowed
+    allow_io_uring: bool = False           # seccomp: io_uring_* allowed (network allow, not strict_unix)
     block_fd: int | None = None            # setup waits for a byte or EOF here before the command
     userns_block_fd: int | None = None     # setup waits here before any id map: the caller writes them
     userns_fd: int | None = None           # join this user namespace instead of creating one
@@ -515,9 +544,16 @@ class Policy:
             if "uts" not in ns:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
         for flag in ("die_with_parent", "new_session", "as_pid_1", "allow_nested_userns",
-                     "keep_authority_sockets", "strict_unix"):
+                     "keep_authority_sockets", "strict_unix", "allow_io_uring"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
+        if self.allow_io_uring and (self.strict_unix or self.network.new_namespace):
+            # io_uring makes sockets (IORING_OP_SOCKET/CONNECT) that no seccomp filter sees:
+            # it would bypass strict_unix and deny mode's socket-family refusals (seccomp.py).
+            raise PolicyError("allow_io_uring needs network 'allow' and no strict_unix: io_uring creates "
+                              "and connects sockets without the system calls the seccomp filters check, "
+                              "so it would bypass strict_unix and the AF_VSOCK refusal of network "
+                              f"{self.network.mode!r}", Reason.CONFLICTING_OPTIONS, "allow_io_uring")
         if self.as_pid_1 and "pid" not in ns:
             raise PolicyError("as_pid_1 needs the pid namespace", Reason.CONFLICTING_OPTIONS, "as_pid_1")
         caps = frozenset(_cap_name(c) for c in _items(self.caps_keep, "caps_keep"))
@@ -568,7 +604,7 @@ class Policy:
                 hide: Iterable = (), tmpfs: Iterable = (), **overrides) -> "Policy":
         """The default policy of DESIGN.md.
 
-        ``/`` read-only, ``workdir`` (if given) read-write and the initial directory,
+        ``/`` read-only, ``workdir`` (if given; never ``/`` itself) read-write and the initial directory,
         fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
         uts and (network deny) net namespaces; die with parent; new session. Extra
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs``
@@ -577,7 +613,8 @@ class Policy:
         masked and its variables unset, unless ``keep_authority_sockets=True``.
 
         Raises:
-            PolicyError: a bad path, a missing bind source, or a bad override.
+            PolicyError: a bad path, a missing bind source, or a bad override;
+                ``workdir_too_broad`` for the workdir ``/``.
         """
         items = []  # (depth, rank, op): parents before children, then by kind
         for path in _paths(ro, "ro"):
@@ -586,6 +623,9 @@ class Policy:
             items.append((path, 0, Bind(path, path)))
         if workdir is not None:
             wd = check_path(_absolute(workdir), "workdir")
+            if wd == "/":
+                raise PolicyError("workdir '/' would bind the whole host filesystem read-write: name a "
+                                  "project directory (or none)", Reason.WORKDIR_TOO_BROAD, wd)
             items.append((wd, 0, Bind(wd, wd)))
             overrides.setdefault("chdir", wd)
         for path in _paths(tmpfs, "tmpfs"):

@@ -1,30 +1,89 @@
 """A small, audited classic-BPF builder for seccomp filters, and pysandbox's built-in filters.
 
 Why a builder and not libseccomp: the filters pysandbox needs are two short
-programs (about twenty instructions each) whose every instruction is written out
-below and checked by tests. libseccomp would add a C library dependency to both
-backends (the native executor only loads finished programs; bwrap only reads
-them from a descriptor), and its generated programs are harder to audit for the
-two details that matter here: the arch check (x32, i386) and the 32-bit masked
-compare of the ioctl request. Caller-supplied classic BPF (for instance produced
-by libseccomp's ``seccomp_export_bpf``) passes through unchanged.
+programs whose every instruction is written out below and checked by tests.
+libseccomp would add a C library dependency to both backends (the native executor
+only loads finished programs; bwrap only reads them from a descriptor), and its
+generated programs are harder to audit for the details that matter here: the arch
+check (x32, i386) and the 32-bit masked compare of the ioctl request and of the
+socket family. Caller-supplied classic BPF (for instance produced by libseccomp's
+``seccomp_export_bpf``) passes through unchanged.
 
 The filters, applied after ``PR_SET_NO_NEW_PRIVS``, evaluated by the kernel on
 every system call of the command and of all its descendants:
 
-``tty_filter()`` (always loaded)
-    ``ioctl(fd, TIOCSTI, ...)`` and ``ioctl(fd, TIOCLINUX, ...)`` fail with EPERM.
-    The kernel's ioctl request is an ``unsigned int``: only the low 32 bits of the
-    argument are compared, so setting high bits cannot slip past (CVE-2019-10063,
-    flatpak). The x32 ABI (syscall numbers with bit 30 set on x86_64) is refused
-    with ENOSYS; the i386 ABI (``int 0x80``) gets the same ioctl check under its
-    own syscall numbers. Any other architecture is killed.
+``default_filter()`` (always loaded; one program, so the filter count stays one)
+    - Terminal injection: ``ioctl(fd, TIOCSTI, ...)`` and ``ioctl(fd, TIOCLINUX, ...)``
+      fail with EPERM. The kernel's ioctl request is an ``unsigned int``: only the low
+      32 bits of the argument are compared, so setting high bits cannot slip past
+      (CVE-2019-10063, flatpak).
+    - Keyrings: ``keyctl``, ``add_key`` and ``request_key`` fail with EPERM (Docker's
+      default profile does the same). The session keyring is inherited across
+      ``clone``/``execve`` and no namespace separates it: without this the command
+      could read, search, link, add and clear the caller's keys. Refusing the calls
+      (rather than joining a fresh session keyring) works identically on both
+      backends, because both load these programs.
+    - io_uring (unless ``Policy(allow_io_uring=True)``): ``io_uring_setup``,
+      ``io_uring_enter`` and ``io_uring_register`` fail with ENOSYS. io_uring runs
+      socket(2)/connect(2) (``IORING_OP_SOCKET``, ``IORING_OP_CONNECT``) without a
+      system call seccomp can see, so it would bypass every socket filter below and
+      strict_unix; it is also a large kernel surface. ENOSYS rather than Docker's
+      EPERM: ENOSYS is what every kernel before 5.1 (and every kernel built without
+      io_uring) answers, so it is the one failure a program that can use io_uring
+      must already treat as "no io_uring here, take the epoll/thread-pool path";
+      EPERM (``kernel.io_uring_disabled=2``, Docker) is newer and some programs take
+      it for a hard error.
+      ``allow_io_uring`` is refused with ``strict_unix`` and with a network mode that
+      makes a namespace (deny, proxy), since there the socket refusals matter
+      (policy.py: ``conflicting_options``).
+    - Socket families that no network namespace confines (network deny and proxy
+      only): ``socket`` and ``socketpair`` with one of :data:`GLOBAL_FAMILIES` fail
+      with EAFNOSUPPORT, the kernel's own answer for a family it does not offer.
+      Which families a new network namespace does *not* confine was checked in the
+      kernel source (``net/*/af_*.c``, the family's ``create``):
+
+      - ``AF_VSOCK`` (40): reaches the hypervisor and host services (Firecracker,
+        QEMU, WSL2, cloud VMs; ``vsock_loopback`` reaches every vsock listener of
+        this kernel). ``vsock_create`` has no namespace check; the netns modes of
+        recent kernels default to "global".
+      - ``AF_QIPCRTR`` (42): Qualcomm IPC router to modems and remote processors;
+        ``qrtr_create`` has no namespace check and its ports and nodes are global.
+      - Belt and braces, refused in a new netns today by the kernel itself:
+        ``AF_BLUETOOTH`` (31, ``net != &init_net`` -> EAFNOSUPPORT), ``AF_NFC`` (39,
+        init_net check), ``AF_CAIF`` (37, ``capable()`` in the initial user
+        namespace), ``AF_IUCV`` (32, s390 z/VM, global), ``AF_IEEE802154`` (36,
+        init_net check). The seccomp refusal keeps them refused if one of those
+        checks is relaxed.
+
+      Namespaced, so not refused: ``AF_UNIX`` (pathnames are the filesystem's:
+      authority.py, strict_unix), ``AF_INET``/``AF_INET6``, ``AF_NETLINK``,
+      ``AF_PACKET``, ``AF_CAN``, ``AF_TIPC``, ``AF_RDS``, ``AF_KCM``, ``AF_XDP``,
+      ``AF_SMC``, ``AF_MCTP``, ``AF_RXRPC``, ``AF_KEY``, ``AF_PPPOX``, ``AF_PHONET``.
+      Families the kernel refuses outside ``init_net`` (AX.25, NET/ROM, ROSE, X.25,
+      AppleTalk, ATM, LLC) fail with EAFNOSUPPORT without us. Not refused although
+      not a network: ``AF_ALG`` (kernel crypto API; it reaches nothing outside,
+      Docker allows it, cryptsetup and iwd use it; it is kernel surface, like any
+      other system call the command may make).
+      On i386 ``socketcall(SYS_SOCKET|SYS_SOCKETPAIR, ...)`` hides the family in
+      memory that seccomp cannot read: in deny and proxy mode it is refused whole
+      (EPERM); the direct i386 ``socket``/``socketpair`` calls are checked as on
+      x86_64.
+    - The x32 ABI (syscall numbers with bit 30 set on x86_64) is refused with ENOSYS;
+      the i386 ABI (``int 0x80``) gets the same checks under its own syscall numbers.
+      Any other architecture is killed.
 
 ``strict_unix_filter()`` (``Policy(strict_unix=True)``)
     ``socket(AF_UNIX, ...)`` fails with EPERM; ``socketpair`` stays allowed, so
     pipes-like pairs still work but no new Unix socket can connect to a path or
     abstract name. On i386, ``socketcall(SYS_SOCKET, ...)`` hides its arguments in
     memory that seccomp cannot read, so it is refused whole (EPERM).
+
+Several filters: the kernel runs every loaded program on every call and takes the
+most restrictive action (``KILL_PROCESS`` > ``KILL_THREAD`` > ``TRAP`` > ``ERRNO``
+> ``USER_NOTIF`` > ``TRACE`` > ``LOG`` > ``ALLOW``, ``seccomp_run_filters``); among
+equal actions the most recently loaded program's data (the errno) is kept. A
+caller's program (``Policy(seccomp=...)``, loaded first) cannot allow what a
+built-in refuses; where both refuse with an errno, the built-in's errno is seen.
 
 Raises in this module are :class:`CapabilityUnavailable` with reason
 ``seccomp_unavailable`` (unsupported host architecture) and :class:`PolicyError`
@@ -69,14 +128,33 @@ def off_arg_low(index: int) -> int:
 
 # syscall numbers: arch/x86/entry/syscalls/syscall_64.tbl and syscall_32.tbl
 NR = {
-    "x86_64": {"ioctl": 16, "socket": 41},
-    "i386": {"ioctl": 54, "socket": 359, "socketcall": 102},
+    "x86_64": {"ioctl": 16, "socket": 41, "socketpair": 53, "add_key": 248, "request_key": 249,
+               "keyctl": 250, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+    "i386": {"ioctl": 54, "socket": 359, "socketpair": 360, "socketcall": 102, "add_key": 286,
+             "request_key": 287, "keyctl": 288, "io_uring_setup": 425, "io_uring_enter": 426,
+             "io_uring_register": 427},
 }
-SYS_SOCKET = 1          # socketcall(2) call number
+KEYRING_CALLS = ("keyctl", "add_key", "request_key")
+IO_URING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
+SYS_SOCKET = 1          # socketcall(2) call numbers
+SYS_SOCKETPAIR = 8
 AF_UNIX = 1
+AF_BLUETOOTH = 31
+AF_IUCV = 32
+AF_IEEE802154 = 36
+AF_CAIF = 37
+AF_NFC = 39
+AF_VSOCK = 40
+AF_QIPCRTR = 42
+# Socket families no network namespace confines (see the module docstring): refused in
+# network deny and proxy mode.
+GLOBAL_FAMILIES = (AF_VSOCK, AF_QIPCRTR, AF_BLUETOOTH, AF_NFC, AF_CAIF, AF_IUCV, AF_IEEE802154)
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 DENIED_IOCTLS = (TIOCSTI, TIOCLINUX)
+KEYRING_ERRNO = _errno.EPERM
+IO_URING_ERRNO = _errno.ENOSYS
+FAMILY_ERRNO = _errno.EAFNOSUPPORT
 SUPPORTED_MACHINES = ("x86_64",)
 
 
@@ -118,6 +196,10 @@ class Program:
         self._insns.append((BPF_JGE_K, true, false, k))
         return self
 
+    def ja(self, target) -> "Program":
+        self._insns.append((BPF_JA, target, None, 0))
+        return self
+
     def ret(self, k: int) -> "Program":
         self._insns.append((BPF_RET_K, None, None, k))
         return self
@@ -127,6 +209,8 @@ class Program:
         for pc, (code, jt, jf, k) in enumerate(self._insns):
             if code in (BPF_JEQ_K, BPF_JGE_K):
                 jt, jf = self._offset(pc, jt), self._offset(pc, jf)
+            elif code == BPF_JA:
+                k, jt, jf = self._offset(pc, jt, limit=2**31 - 1), 0, 0
             else:
                 jt = jf = 0
             out.append(_insn(code, jt, jf, k))
@@ -134,14 +218,14 @@ class Program:
         validate(program)
         return program
 
-    def _offset(self, pc: int, target) -> int:
+    def _offset(self, pc: int, target, limit: int = 255) -> int:
         if target is None:
             return 0
         if target not in self._labels:
             raise ValueError(f"undefined label {target!r}")
         delta = self._labels[target] - pc - 1
-        if not 0 <= delta <= 255:
-            raise ValueError(f"jump from {pc} to {target!r} is backward or longer than 255")
+        if not 0 <= delta <= limit:
+            raise ValueError(f"jump from {pc} to {target!r} is backward or longer than {limit}")
         return delta
 
 
@@ -174,21 +258,54 @@ def _arch_dispatch(prog: Program) -> Program:
             .jge(X32_SYSCALL_BIT, "x32"))
 
 
-def tty_filter(machine: str | None = None) -> bytes:
-    """ioctl TIOCSTI and TIOCLINUX fail with EPERM on every ABI; x32 fails with ENOSYS.
+def default_filter(network: str = "deny", allow_io_uring: bool = False, machine: str | None = None) -> bytes:
+    """The filter every sandbox loads (module docstring): ioctl TIOCSTI/TIOCLINUX and the
+    keyring calls fail with EPERM; io_uring fails with ENOSYS unless ``allow_io_uring``;
+    with ``network`` deny or proxy, socket/socketpair of :data:`GLOBAL_FAMILIES` fail with
+    EAFNOSUPPORT and i386 socketcall(SYS_SOCKET|SYS_SOCKETPAIR) with EPERM; x32 fails with
+    ENOSYS; other architectures are killed.
 
     Raises:
         CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
+        PolicyError: ``invalid_value`` for an unknown network mode.
     """
     check_machine(machine)
+    if network not in ("deny", "allow", "proxy"):
+        raise PolicyError(f"unknown network mode {network!r}", Reason.INVALID_VALUE, network)
+    families = network != "allow"
     prog = _arch_dispatch(Program())
-    prog.jeq(NR["x86_64"]["ioctl"], "ioctl", "allow")
-    prog.label("i386").load(OFF_NR).jeq(NR["i386"]["ioctl"], "ioctl", "allow")
-    prog.label("ioctl").load(off_arg_low(1))        # the request: low 32 bits only
+    for abi in ("x86_64", "i386"):
+        nr = NR[abi]
+        if abi == "i386":
+            prog.label("i386").load(OFF_NR)
+        prog.jeq(nr["ioctl"], "ioctl")
+        for call in KEYRING_CALLS:
+            prog.jeq(nr[call], "keyring")
+        if not allow_io_uring:
+            for call in IO_URING_CALLS:
+                prog.jeq(nr[call], "io_uring")
+        if families:
+            prog.jeq(nr["socket"], "family").jeq(nr["socketpair"], "family")
+            if abi == "i386":
+                prog.jeq(nr["socketcall"], "socketcall")
+        prog.ja("allow")
+    if families:
+        (prog.label("socketcall").load(off_arg_low(0))     # the call number; its arguments are in memory
+             .jeq(SYS_SOCKET, "eperm").jeq(SYS_SOCKETPAIR, "eperm").ja("allow"))
+        prog.label("family").load(off_arg_low(0))          # the domain: an int, low 32 bits only
+        for family in GLOBAL_FAMILIES:
+            prog.jeq(family, "eafnosupport")
+        prog.ja("allow")
+    prog.label("ioctl").load(off_arg_low(1))               # the request: low 32 bits only
     for request in DENIED_IOCTLS:
-        prog.jeq(request, "deny")
+        prog.jeq(request, "eperm")
     prog.label("allow").ret(RET_ALLOW)
-    prog.label("deny").ret(errno_action(_errno.EPERM))
+    prog.label("keyring").ret(errno_action(KEYRING_ERRNO))
+    prog.label("eperm").ret(errno_action(_errno.EPERM))
+    if not allow_io_uring:
+        prog.label("io_uring").ret(errno_action(IO_URING_ERRNO))
+    if families:
+        prog.label("eafnosupport").ret(errno_action(FAMILY_ERRNO))
     prog.label("x32").ret(errno_action(_errno.ENOSYS))
     return prog.assemble()
 
@@ -247,13 +364,17 @@ def disassemble(program: bytes) -> list[tuple[int, int, int, int]]:
     return [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
 
 
-def builtin_filters(strict_unix: bool = False, machine: str | None = None) -> tuple[bytes, ...]:
-    """The programs pysandbox loads for a policy: the tty filter always, strict-unix when asked.
+def builtin_filters(strict_unix: bool = False, network: str = "deny", allow_io_uring: bool = False,
+                    machine: str | None = None) -> tuple[bytes, ...]:
+    """The programs pysandbox loads for a policy: :func:`default_filter` always (its socket
+    family rules follow ``network``, its io_uring rule ``allow_io_uring``), strict-unix
+    when asked.
 
     Raises:
         CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
+        PolicyError: ``invalid_value`` for an unknown network mode.
     """
-    progs = [tty_filter(machine)]
+    progs = [default_filter(network, allow_io_uring, machine)]
     if strict_unix:
         progs.append(strict_unix_filter(machine))
     return tuple(progs)

@@ -159,6 +159,7 @@ _CASES = [
     ("nested-userns", lambda w: _default(w, allow_nested_userns=True)),
     ("seccomp-user-filter", lambda w: _default(w, seccomp=(ALLOW_ALL,))),
     ("strict-unix", lambda w: _default(w, strict_unix=True)),
+    ("allow-io-uring", lambda w: _default(w, network="allow", allow_io_uring=True)),
     ("keep-authority-sockets", lambda w: Policy.default(keep_authority_sockets=True)),
     # an absolute argv[0] next to the interpreter: CPython finds its prefix from argv[0]
     # (a bare name only works when the build-time prefix is /usr)

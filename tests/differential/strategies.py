@@ -355,10 +355,12 @@ def policies(draw, world, max_ops: int = 8):
               unset=tuple(draw(st.lists(st.sampled_from(ENV_NAMES), max_size=2, unique=True))))
     chdirs = [p for p in sorted(model.entries) if model.searchable(p) and model.entries[p].kind == "d"]
     hostname = draw(st.sampled_from((None, "sbx", "probe-host.example"))) if "uts" in namespaces else None
+    network = draw(st.sampled_from(("deny", "allow")))
+    strict_unix = draw(st.booleans())
     return Policy(
         fs=tuple(ops),
         namespaces=frozenset(namespaces),
-        network=Network(draw(st.sampled_from(("deny", "allow")))),
+        network=Network(network),
         env=env,
         chdir=draw(st.sampled_from([None] + chdirs)),
         uid=draw(st.sampled_from(IDS)),
@@ -371,7 +373,9 @@ def policies(draw, world, max_ops: int = 8):
         pass_fds=draw(st.sampled_from(((), (PASS_FD,)))),
         allow_nested_userns=draw(st.booleans()),
         seccomp=draw(st.sampled_from(((), (ALLOW_ALL,)))),
-        strict_unix=draw(st.booleans()),
+        strict_unix=strict_unix,
+        # io_uring only where no socket filter depends on its absence (policy.py)
+        allow_io_uring=draw(st.booleans()) if network == "allow" and not strict_unix else False,
     )
 
 

@@ -113,12 +113,15 @@ def _bwrap_compat():
 def _without_builtin_filters(policy):
     """The renderer emits the plan's seccomp programs, the built-in ones (and the
     strict-unix one, which stands for ``strict_unix=True``) included; parsed back they
-    are user programs. Give them back their policy-level meaning."""
+    are user programs. Give them back their policy-level meaning (the default filter
+    exists per network mode and io_uring switch)."""
     from pysandbox import seccomp
-    base = set(seccomp.builtin_filters(strict_unix=False))
-    strict = set(seccomp.builtin_filters(strict_unix=True)) - base
+    base = {seccomp.default_filter(mode, uring) for mode in ("deny", "allow", "proxy") for uring in (False, True)}
+    uring = {seccomp.default_filter(mode, True) for mode in ("deny", "allow", "proxy")}
+    strict = {seccomp.strict_unix_filter()}
     progs = tuple(p for p in policy.seccomp if p not in base | strict)
-    return policy.replace(seccomp=progs, strict_unix=any(p in strict for p in policy.seccomp))
+    return policy.replace(seccomp=progs, strict_unix=any(p in strict for p in policy.seccomp),
+                          allow_io_uring=any(p in uring for p in policy.seccomp))
 
 
 def test_round_trip_through_bwrap_argv(world):

@@ -78,6 +78,49 @@ def test_environment_flags(backend, wd):
     assert done.stdout.strip() == "a|unset|unset"
 
 
+def test_keep_env_is_an_allow_list(backend, wd):
+    env = {**os.environ, "PSB_KEEP": "k", "GITHUB_TOKEN": "secret", "AWS_SECRET_ACCESS_KEY": "secret"}
+    script = 'echo "${PSB_KEEP-unset}|${GITHUB_TOKEN-unset}|${AWS_SECRET_ACCESS_KEY-unset}|${PSB_SET-unset}"'
+    # control: by default the caller's secrets reach the command
+    done = cli(backend, "--", "/bin/sh", "-c", script, cwd=wd, env=env)
+    assert done.stdout.strip() == "k|secret|secret|unset", done.stderr
+    done = cli(backend, "--keep-env", "PSB_KEEP", "--setenv", "PSB_SET", "s", "--", "/bin/sh", "-c", script,
+               cwd=wd, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "k|unset|unset|s", done.stderr
+
+
+@pytest.mark.parametrize("where", ["root", "home", "ancestor"])
+def test_too_broad_default_workdir_is_refused(backend, tmp_path, where):
+    """Started in / or in $HOME or above it, run wants an explicit --workdir (exit 2, the
+    reason on one line, nothing run); an explicit --workdir of that home is allowed."""
+    home = tmp_path / "a" / "b"
+    home.mkdir(parents=True)
+    env = {**os.environ, "HOME": str(home)}
+    cwd = {"root": "/", "home": home, "ancestor": tmp_path / "a"}[where]
+    marker = (tmp_path / "a" if where == "root" else cwd) / "ran"
+    done = cli(backend, "--", "sh", "-c", f": > {marker}", cwd=cwd, env=env)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1 and "workdir_too_broad" in done.stderr and "Traceback" not in done.stderr
+    assert not marker.exists()
+    if where == "root":
+        done = cli(backend, "--workdir", "/", "--", "true", cwd=wd_of(tmp_path), env=env)
+        assert done.returncode == 2 and "workdir_too_broad" in done.stderr
+        return
+    # control: naming the directory is the caller's decision
+    done = cli(backend, "--workdir", str(cwd), "--", "sh", "-c", f": > {marker}", cwd=cwd, env=env)
+    assert done.returncode == 0 and marker.exists(), done.stderr
+    # a project directory below the home is a fine default
+    (home / "proj").mkdir()
+    done = cli(backend, "--", "sh", "-c", "pwd", cwd=home / "proj", env=env)
+    assert done.returncode == 0 and done.stdout.strip() == str(home / "proj"), done.stderr
+
+
+def wd_of(tmp_path):
+    path = tmp_path / "wd-explicit"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def test_workdir_chdir_and_paths(backend, wd, tmp_path):
     other = tmp_path / "other"
     other.mkdir()

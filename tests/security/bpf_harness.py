@@ -194,3 +194,109 @@ def unix_socket_probe():
 
 EPERM = errno.EPERM
 ENOSYS = errno.ENOSYS
+
+
+# ---------------------------------------------------------------- kernel surface probes
+# (shared with tests/security/test_kernel_surface.py, which runs the same source in a sandbox)
+
+KERNEL_SURFACE_SOURCE = r'''
+import ctypes, errno, os, socket
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+def _sys(nr, *args):
+    ctypes.set_errno(0)
+    ret = _libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return ret if ret >= 0 else -ctypes.get_errno()
+
+KEY_SPEC_PROCESS_KEYRING, KEY_SPEC_SESSION_KEYRING = -2, -3
+KEYCTL_GET_KEYRING_ID, KEYCTL_READ = 0, 11
+
+def keyring_probe():
+    """keyctl(GET_KEYRING_ID, @s) (the session keyring id, or -errno), add_key to the
+    process keyring (private to this process, gone when it exits), request_key of a
+    name nobody has (ENOKEY when allowed)."""
+    out = {"session_id": _sys(250, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0)}
+    payload = ctypes.create_string_buffer(b"x")
+    out["add_key"] = _sys(248, ctypes.c_char_p(b"user"), ctypes.c_char_p(b"pysandbox-probe"), payload, 1,
+                          KEY_SPEC_PROCESS_KEYRING)
+    out["add_key"] = 0 if out["add_key"] > 0 else out["add_key"]
+    out["request_key"] = _sys(249, ctypes.c_char_p(b"user"), ctypes.c_char_p(b"pysandbox-no-such-key"),
+                              ctypes.c_char_p(None), 0)
+    if out["session_id"] > 0:
+        buf = ctypes.create_string_buffer(4096)
+        n = _sys(250, KEYCTL_READ, out["session_id"], buf, 4096)
+        out["read_session"] = 0 if n >= 0 else n
+    else:
+        out["read_session"] = out["session_id"]
+    return out
+
+def io_uring_probe():
+    """io_uring_setup(2 entries): 0 or -errno (the ring is closed at once); enter and
+    register on fd -1: -EBADF when the calls reach the kernel."""
+    params = ctypes.create_string_buffer(120)
+    fd = _sys(425, 2, params)
+    if fd >= 0:
+        os.close(fd)
+    return {"setup": 0 if fd >= 0 else fd, "enter": _sys(426, -1, 0, 0, 0, ctypes.c_void_p(None), 0),
+            "register": _sys(427, -1, 0, ctypes.c_void_p(None), 0)}
+
+FAMILIES = {"vsock": (40, socket.SOCK_STREAM), "qipcrtr": (42, socket.SOCK_DGRAM),
+            "bluetooth": (31, socket.SOCK_STREAM), "nfc": (39, socket.SOCK_SEQPACKET),
+            "caif": (37, socket.SOCK_SEQPACKET), "ieee802154": (36, socket.SOCK_DGRAM),
+            "inet": (socket.AF_INET, socket.SOCK_STREAM), "unix": (socket.AF_UNIX, socket.SOCK_STREAM),
+            "netlink": (socket.AF_NETLINK, socket.SOCK_RAW)}
+
+def family_probe():
+    """socket(family, type, 0) for each family: 0 (created and closed at once; nothing is
+    sent) or the errno; socketpair(AF_VSOCK): the errno (vsock has no pairs: EOPNOTSUPP
+    when the call reaches the family)."""
+    out = {}
+    for name, (family, kind) in FAMILIES.items():
+        try:
+            socket.socket(family, kind, 0).close()
+            out[name] = 0
+        except OSError as exc:
+            out[name] = exc.errno
+    try:
+        a, b = socket.socketpair(40, socket.SOCK_STREAM, 0)
+        a.close(); b.close()
+        out["socketpair_vsock"] = 0
+    except OSError as exc:
+        out["socketpair_vsock"] = exc.errno
+    return out
+'''
+_ns: dict = {}
+exec(compile(KERNEL_SURFACE_SOURCE, "<kernel_surface>", "exec"), _ns)
+keyring_probe = _ns["keyring_probe"]
+io_uring_probe = _ns["io_uring_probe"]
+family_probe = _ns["family_probe"]
+
+# x86-64 machine code: int f(int nr, int ebx, int ecx, int edx): one i386 system call
+# through int 0x80; the raw result (-errno on failure).
+_INT80_CALL = bytes([0x53, 0x89, 0xF8, 0x89, 0xF3, 0x87, 0xCA, 0xCD, 0x80, 0x5B, 0xC3])
+# push rbx; mov eax,edi; mov ebx,esi; xchg edx,ecx; int 0x80; pop rbx; ret
+
+
+def int80_surface_probe():
+    """Through the i386 entry: keyctl(GET_KEYRING_ID, @s), io_uring_enter(-1),
+    socket(AF_VSOCK), socketcall(SYS_SOCKET, [AF_VSOCK, SOCK_STREAM, 0]),
+    socketcall(SYS_SOCKETPAIR, ...) into a low buffer; each 0 (a descriptor made and
+    closed, or a keyring id) or the errno."""
+    page = _low_mapping()
+    ctypes.memmove(page, _INT80_CALL, len(_INT80_CALL))
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint)(page)
+    args = (ctypes.c_uint * 4)(40, 1, 0, page + 3072)     # AF_VSOCK, SOCK_STREAM, 0, int sv[2]
+    ctypes.memmove(page + 2048, args, 16)
+
+    def norm(ret, is_fd=True):
+        if ret < 0:
+            return -ret
+        if is_fd:
+            os.close(ret)
+        return 0
+    return {"keyctl": norm(fn(288, 0, 0xFFFFFFFD, 0), is_fd=False),
+            "io_uring_enter": norm(fn(426, 0xFFFFFFFF, 0, 0)),
+            "socket_vsock": norm(fn(359, 40, 1, 0)),
+            "socketcall_socket": norm(fn(102, 1, page + 2048, 0)),
+            "socketcall_socketpair": norm(fn(102, 8, page + 2048, 0), is_fd=False)}

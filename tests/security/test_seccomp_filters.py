@@ -27,14 +27,14 @@ def _require_tiocsti_control(via):
 @pytest.mark.parametrize("via", ["libc", "high_bits"])
 def test_tiocsti_refused_x86_64(via):
     _require_tiocsti_control(via)
-    assert h.in_child([seccomp.tty_filter()], h.sti_probe(via)) == (errno.EPERM, b"")
+    assert h.in_child([seccomp.default_filter()], h.sti_probe(via)) == (errno.EPERM, b"")
 
 
 def test_tiocsti_refused_through_int80():
     if h.in_child([], h.int80_getpid) <= 0:
         not_applicable("the kernel has no i386 entry (IA32 emulation off): int 0x80 cannot bypass")
     _require_tiocsti_control("int80")
-    assert h.in_child([seccomp.tty_filter()], h.sti_probe("int80")) == (errno.EPERM, b"")
+    assert h.in_child([seccomp.default_filter()], h.sti_probe("int80")) == (errno.EPERM, b"")
 
 
 def _tioclinux_probe(high_bits):
@@ -54,7 +54,7 @@ def _tioclinux_probe(high_bits):
 def test_tioclinux_refused(high_bits):
     # A pty is not a VT: unfiltered, the kernel answers ENOTTY (the request reached it).
     assert h.in_child([], _tioclinux_probe(high_bits)) == errno.ENOTTY
-    assert h.in_child([seccomp.tty_filter()], _tioclinux_probe(high_bits)) == errno.EPERM
+    assert h.in_child([seccomp.default_filter()], _tioclinux_probe(high_bits)) == errno.EPERM
 
 
 def _other_ioctls():
@@ -69,13 +69,13 @@ def _other_ioctls():
 
 
 def test_other_ioctls_and_syscalls_pass():
-    assert h.in_child([seccomp.tty_filter(), seccomp.strict_unix_filter()], _other_ioctls) == (8, True, True)
+    assert h.in_child([seccomp.default_filter(), seccomp.strict_unix_filter()], _other_ioctls) == (8, True, True)
 
 
 def test_x32_abi_refused():
     if h.in_child([], h.x32_getpid) < 0:
         not_applicable("the kernel has no x32 ABI (CONFIG_X86_X32_ABI off): nothing to bypass with")
-    assert h.in_child([seccomp.tty_filter()], h.x32_getpid) == -errno.ENOSYS
+    assert h.in_child([seccomp.default_filter()], h.x32_getpid) == -errno.ENOSYS
     assert h.in_child([seccomp.strict_unix_filter()], h.x32_getpid) == -errno.ENOSYS
 
 
@@ -109,12 +109,12 @@ def test_strict_unix_refuses_int80_socket_and_socketcall():
 
 def test_other_architecture_is_refused_by_the_builder():
     with pytest.raises(pysandbox.CapabilityUnavailable) as info:
-        seccomp.tty_filter(machine="aarch64")
+        seccomp.default_filter(machine="aarch64")
     assert info.value.reason == pysandbox.Reason.SECCOMP_UNAVAILABLE
 
 
 def test_programs_start_with_the_arch_check_and_kill_unknown_arches():
-    for prog in (seccomp.tty_filter(), seccomp.strict_unix_filter()):
+    for prog in (seccomp.default_filter(), seccomp.default_filter("allow", True), seccomp.strict_unix_filter()):
         insns = seccomp.disassemble(prog)
         assert insns[0] == (seccomp.BPF_LD_W_ABS, 0, 0, seccomp.OFF_ARCH)
         assert insns[3] == (seccomp.BPF_RET_K, 0, 0, seccomp.RET_KILL_PROCESS)
@@ -136,13 +136,75 @@ def _ops(policy):
     return [op.program for op in plan.compile(policy).ops if isinstance(op, plan.Seccomp)]
 
 
-def test_plan_always_carries_the_tty_filter_and_strict_only_when_asked():
+def test_plan_always_carries_the_default_filter_and_strict_only_when_asked():
     caller = seccomp._insn(seccomp.BPF_RET_K, 0, 0, seccomp.RET_ALLOW)
     shared = pysandbox.Policy.default(new_session=False, network="allow")
-    assert _ops(shared) == [seccomp.tty_filter()]
+    assert _ops(shared) == [seccomp.default_filter("allow")]
     strict = pysandbox.Policy.default(strict_unix=True, seccomp=(caller,))
-    assert _ops(strict) == [caller, seccomp.tty_filter(), seccomp.strict_unix_filter()]
+    assert _ops(strict) == [caller, seccomp.default_filter("deny"), seccomp.strict_unix_filter()]
+    # the network mode and the io_uring switch reach the default filter
+    uring = pysandbox.Policy.default(network="allow", allow_io_uring=True)
+    assert _ops(uring) == [seccomp.default_filter("allow", allow_io_uring=True)]
+    assert len({seccomp.default_filter(m, u) for m in ("deny", "allow") for u in (False, True)}) == 4
     # the filters come after no_new_privs
     ops = plan.compile(strict).ops
     nnp = next(i for i, op in enumerate(ops) if isinstance(op, plan.NoNewPrivs))
     assert all(i > nnp for i, op in enumerate(ops) if isinstance(op, plan.Seccomp))
+
+
+# ---------------------------------------------------------------- keyring, io_uring, families
+
+def test_keyring_calls_refused():
+    control = h.in_child([], h.keyring_probe)
+    assert control["session_id"] > 0 and control["add_key"] == 0 and control["read_session"] == 0
+    assert control["request_key"] == -errno.ENOKEY
+    for mode in ("deny", "allow"):
+        assert h.in_child([seccomp.default_filter(mode)], h.keyring_probe) == {
+            "session_id": -errno.EPERM, "add_key": -errno.EPERM, "request_key": -errno.EPERM,
+            "read_session": -errno.EPERM}
+
+
+def _require_io_uring():
+    got = h.in_child([], h.io_uring_probe)
+    if got["setup"] != 0:
+        not_applicable(f"io_uring_setup fails on this host even unfiltered (errno {-got['setup']}; "
+                       "kernel.io_uring_disabled?): nothing to refuse")
+    return got
+
+
+def test_io_uring_refused_with_enosys_unless_allowed():
+    control = _require_io_uring()
+    assert -errno.ENOSYS not in control.values()
+    assert h.in_child([seccomp.default_filter()], h.io_uring_probe) == dict.fromkeys(control, -errno.ENOSYS)
+    assert h.in_child([seccomp.default_filter("allow", allow_io_uring=True)], h.io_uring_probe) == control
+
+
+def _require_vsock(control):
+    if control["vsock"] != 0:
+        not_applicable(f"socket(AF_VSOCK) fails on this host even unfiltered (errno {control['vsock']}): "
+                       "no vsock transport to refuse")
+
+
+def test_global_socket_families_refused_in_deny_mode_only():
+    control = h.in_child([], h.family_probe)
+    _require_vsock(control)
+    assert control["socketpair_vsock"] == errno.EOPNOTSUPP    # the call reached the vsock family
+    refused = {"vsock", "qipcrtr", "bluetooth", "nfc", "caif", "ieee802154", "socketpair_vsock"}
+    for mode in ("deny", "proxy"):
+        got = h.in_child([seccomp.default_filter(mode)], h.family_probe)
+        assert got == {k: (errno.EAFNOSUPPORT if k in refused else v) for k, v in control.items()}, mode
+    assert h.in_child([seccomp.default_filter("allow")], h.family_probe) == control
+
+
+def test_int80_keyring_io_uring_and_families_refused():
+    if h.in_child([], h.int80_getpid) <= 0:
+        not_applicable("the kernel has no i386 entry (IA32 emulation off)")
+    control = h.in_child([], h.int80_surface_probe)
+    assert control["keyctl"] == 0 and control["socket_vsock"] == 0 and control["socketcall_socket"] == 0
+    assert control["io_uring_enter"] != errno.ENOSYS
+    assert h.in_child([seccomp.default_filter()], h.int80_surface_probe) == {
+        "keyctl": errno.EPERM, "io_uring_enter": errno.ENOSYS, "socket_vsock": errno.EAFNOSUPPORT,
+        "socketcall_socket": errno.EPERM, "socketcall_socketpair": errno.EPERM}
+    # network allow with io_uring allowed: only the keyring stays refused
+    assert h.in_child([seccomp.default_filter("allow", True)], h.int80_surface_probe) == {
+        **control, "keyctl": errno.EPERM}

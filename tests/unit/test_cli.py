@@ -15,7 +15,9 @@ from pysandbox.status import Status
 DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--ro", "--hide", "--tmpfs",
               "--chdir", "--setenv", "--unsetenv", "--clearenv", "--share-session", "--pass-fd", "--timeout",
               # additions beyond DESIGN.md (issue 7's authority switches), documented in README.md
-              "--keep-authority-sockets", "--strict-unix")
+              "--keep-authority-sockets", "--strict-unix",
+              # issue 12 (items 6 and 12): io_uring opt-in, environment allow-list
+              "--allow-io-uring", "--keep-env")
 DESIGN_STATUS = ("--backend", "--network", "--json")
 
 
@@ -44,6 +46,12 @@ def test_usage_errors_exit_2_without_traceback(argv, capsys):
     (["run", "--ro", "/definitely/not/here/pysandbox", "--", "true"], "bind_source_missing"),
     (["run", "--setenv", "A=B", "x", "--", "true"], "invalid_value"),
     (["run", "--chdir", "rel", "--", "true"], "invalid_path"),
+    (["run", "--workdir", "/", "--", "true"], "workdir_too_broad"),
+    (["run", "--workdir", "//.", "--", "true"], "workdir_too_broad"),
+    (["run", "--allow-io-uring", "--", "true"], "conflicting_options"),                # network deny
+    (["run", "--network", "allow", "--strict-unix", "--allow-io-uring", "--", "true"], "conflicting_options"),
+    (["run", "--keep-env", "PATH", "--clearenv", "--", "true"], "conflicting_options"),
+    (["run", "--keep-env", "A=B", "--", "true"], "invalid_value"),
 ])
 def test_policy_mistakes_exit_2_with_the_reason(argv, fragment, capsys):
     assert cli.main(argv) == 2
@@ -115,3 +123,67 @@ def test_status_table_names_every_capability_and_reason():
     assert re.search(r"network allow\s+ok", text)
     assert re.search(r"network proxy\s+no\s+network_mode_unsupported", text)
     assert re.search(r"user\s+ok", text)
+
+
+def _fake_pw(monkeypatch, home):
+    import pwd
+
+    class Entry:
+        pw_dir = str(home)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: Entry())
+
+
+@pytest.mark.parametrize("where", ["home", "ancestor", "root"])
+def test_default_workdir_refuses_home_its_ancestors_and_root(tmp_path, monkeypatch, capsys, where):
+    home = tmp_path / "a" / "b"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    _fake_pw(monkeypatch, tmp_path / "elsewhere")
+    monkeypatch.chdir({"home": home, "ancestor": tmp_path / "a", "root": "/"}[where])
+    assert cli.main(["run", "--network", "allow", "--", "true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "workdir_too_broad" in err[0]
+    if where != "root":
+        assert "--workdir" in err[0]
+        # an explicit --workdir of the same directory is the caller's decision: allowed
+        policy = cli._policy(parse("run", "--network", "allow", "--workdir", ".", "--", "true"))
+        assert os.getcwd() in policy.writable_paths
+        assert not cli._policy(parse("run", "--network", "allow", "--no-workdir", "--", "true")).writable_paths
+
+
+def test_default_workdir_also_checks_the_password_database_home(tmp_path, monkeypatch):
+    home = tmp_path / "pwhome"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "not-this"))
+    _fake_pw(monkeypatch, home)
+    monkeypatch.chdir(home)
+    with pytest.raises(cli_policy_error()) as info:
+        cli._policy(parse("run", "--network", "allow", "--", "true"))
+    assert info.value.reason.value == "workdir_too_broad"
+    # below the home is a project directory: the default still applies
+    (home / "proj").mkdir()
+    monkeypatch.chdir(home / "proj")
+    assert str(home / "proj") in cli._policy(parse("run", "--network", "allow", "--", "true")).writable_paths
+
+
+def cli_policy_error():
+    from pysandbox import PolicyError
+    return PolicyError
+
+
+def test_keep_env_and_allow_io_uring_flags():
+    policy = cli._policy(parse("run", "--no-workdir", "--keep-env", "PATH", "--keep-env", "HOME",
+                               "--unsetenv", "HOME", "--setenv", "X", "1", "--", "true"))
+    assert policy.env.keep == ("PATH", "HOME") and policy.env.clear is False
+    assert policy.env.apply({"PATH": "/bin", "HOME": "/h", "GITHUB_TOKEN": "s"}) == {"PATH": "/bin", "X": "1"}
+    assert cli._policy(parse("run", "--no-workdir", "--", "true")).env.keep is None
+    assert cli._policy(parse("run", "--no-workdir", "--", "true")).allow_io_uring is False
+    assert cli._policy(parse("run", "--no-workdir", "--network", "allow", "--allow-io-uring",
+                             "--", "true")).allow_io_uring is True
+
+
+def test_run_help_documents_the_environment_and_workdir_rules(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "GITHUB_TOKEN" in text and "AWS_*" in text and "workdir_too_broad" in text

@@ -201,3 +201,41 @@ def test_namespace_fds_may_also_be_passed():
     # setns leaves them open, so the command may get them too (unlike block fds)
     p = Policy(userns_fd=5, pidns_fd=6, userns2_fd=7, allow_nested_userns=True, pass_fds=(5, 6, 7))
     assert (p.userns_fd, p.pidns_fd, p.userns2_fd) == (5, 6, 7)
+
+
+# ---------------------------------------------------------------- issue 12: items 6, 11, 12
+
+def test_env_keep_is_an_allow_list():
+    from pysandbox.policy import Env
+    base = {"PATH": "/bin", "HOME": "/h", "AWS_SECRET_ACCESS_KEY": "s", "GITHUB_TOKEN": "t"}
+    assert Env().apply(base) == base                       # the default: everything reaches the command
+    env = Env(keep=["PATH", "HOME", "PATH", "MISSING"], unset=("HOME",), set={"X": "1"})
+    assert env.keep == ("PATH", "HOME", "MISSING")
+    assert env.apply(base) == {"PATH": "/bin", "X": "1"}
+    assert Env(keep=()).apply(base) == {}
+    for bad, reason in (({"keep": "PATH"}, "invalid_value"), ({"keep": ["A=B"]}, "invalid_value"),
+                        ({"keep": ["PATH"], "clear": True}, "conflicting_options"), ({"clear": 1}, "invalid_value")):
+        with pytest.raises(PolicyError) as info:
+            Env(**bad)
+        assert info.value.reason.value == reason, bad
+
+
+def test_workdir_root_is_too_broad(tmp_path):
+    for wd in ("/", "//", "/.", "/./"):
+        with pytest.raises(PolicyError) as info:
+            Policy.default(workdir=wd)
+        assert info.value.reason.value == "workdir_too_broad"
+    assert Policy.default(workdir=tmp_path).chdir == str(tmp_path)     # control
+    # an explicit read-write bind of / stays the caller's own decision
+    assert "/" in Policy.default(rw=["/"], network="allow").writable_paths
+
+
+def test_allow_io_uring_only_where_no_socket_filter_depends_on_it():
+    assert Policy.default().allow_io_uring is False
+    assert Policy.default(network="allow", allow_io_uring=True).allow_io_uring is True
+    for kwargs in ({"network": "deny"}, {"network": "allow", "strict_unix": True}):
+        with pytest.raises(PolicyError) as info:
+            Policy.default(allow_io_uring=True, **kwargs)
+        assert info.value.reason.value == "conflicting_options"
+    with pytest.raises(PolicyError):
+        Policy(allow_io_uring="yes", network="allow")
