@@ -1,7 +1,7 @@
 """A small, audited classic-BPF builder for seccomp filters, and pysandbox's built-in filters.
 
 Why a builder and not libseccomp: the filters pysandbox needs are two short
-programs whose every instruction is written out below and checked by tests.
+programs (under a hundred instructions) whose every instruction is written out below and checked by tests.
 libseccomp would add a C library dependency to both backends (the native executor
 only loads finished programs; bwrap only reads them from a descriptor), and its
 generated programs are harder to audit for the details that matter here: the arch
@@ -68,6 +68,17 @@ every system call of the command and of all its descendants:
       memory that seccomp cannot read: in deny and proxy mode it is refused whole
       (EPERM); the direct i386 ``socket``/``socketpair`` calls are checked as on
       x86_64.
+    - Set-id files: ``chmod``, ``fchmod``, ``fchmodat``, ``fchmodat2``, ``creat``,
+      ``mknod``, ``mknodat`` with ``S_ISUID`` or ``S_ISGID`` in the mode, and ``open`` /
+      ``openat`` with such a mode and ``O_CREAT`` or ``O_TMPFILE``, fail with EPERM;
+      ``openat2`` (its mode is in memory seccomp cannot read) fails with ENOSYS, the
+      answer of kernels before 5.6, so callers take their ``openat`` path. Why: in its
+      user namespace a root caller's command still has kernel uid 0, so what it creates
+      in a writable bind is owned by root on the host, and an owner may set the setuid
+      bit without any capability: the host, where the bind is not ``nosuid``, would
+      run that file as root for anyone. (An unprivileged caller's command could leave a
+      setuid-to-the-caller file the same way.) io_uring's ``IORING_OP_OPENAT`` is not
+      seen here: one more reason it is refused by default.
     - The x32 ABI (syscall numbers with bit 30 set on x86_64) is refused with ENOSYS;
       the i386 ABI (``int 0x80``) gets the same checks under its own syscall numbers.
       Any other architecture is killed.
@@ -102,6 +113,7 @@ from .errors import CapabilityUnavailable, PolicyError, Reason
 BPF_LD_W_ABS = 0x20     # BPF_LD | BPF_W | BPF_ABS: A = seccomp_data[k]
 BPF_JEQ_K = 0x15        # BPF_JMP | BPF_JEQ | BPF_K
 BPF_JGE_K = 0x35        # BPF_JMP | BPF_JGE | BPF_K
+BPF_JSET_K = 0x45       # BPF_JMP | BPF_JSET | BPF_K: jump if A & k
 BPF_JA = 0x05           # BPF_JMP | BPF_JA
 BPF_RET_K = 0x06        # BPF_RET | BPF_K
 MAX_INSNS = 4096        # BPF_MAXINSNS
@@ -129,11 +141,21 @@ def off_arg_low(index: int) -> int:
 # syscall numbers: arch/x86/entry/syscalls/syscall_64.tbl and syscall_32.tbl
 NR = {
     "x86_64": {"ioctl": 16, "socket": 41, "socketpair": 53, "add_key": 248, "request_key": 249,
-               "keyctl": 250, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427},
+               "keyctl": 250, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+               "chmod": 90, "fchmod": 91, "creat": 85, "mknod": 133, "fchmodat": 268, "fchmodat2": 452,
+               "mknodat": 259, "open": 2, "openat": 257, "openat2": 437},
     "i386": {"ioctl": 54, "socket": 359, "socketpair": 360, "socketcall": 102, "add_key": 286,
              "request_key": 287, "keyctl": 288, "io_uring_setup": 425, "io_uring_enter": 426,
-             "io_uring_register": 427},
+             "io_uring_register": 427, "chmod": 15, "fchmod": 94, "creat": 8, "mknod": 14, "fchmodat": 306,
+             "fchmodat2": 452, "mknodat": 297, "open": 5, "openat": 295, "openat2": 437},
 }
+# Calls that set a file's mode, by the argument that holds it (set-id bits refused).
+MODE_CALLS = {1: ("chmod", "fchmod", "creat", "mknod"), 2: ("fchmodat", "fchmodat2", "mknodat")}
+# open(path, flags, mode) and openat(dfd, path, flags, mode): (flags, mode) arguments.
+OPEN_CALLS = {"open": (1, 2), "openat": (2, 3)}
+S_ISUID, S_ISGID = 0o4000, 0o2000
+O_CREAT, O_TMPFILE_BIT = 0o100, 0o20000000   # the mode only counts with one of them
+SETID_ERRNO = _errno.EPERM
 KEYRING_CALLS = ("keyctl", "add_key", "request_key")
 IO_URING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 SYS_SOCKET = 1          # socketcall(2) call numbers
@@ -196,6 +218,10 @@ class Program:
         self._insns.append((BPF_JGE_K, true, false, k))
         return self
 
+    def jset(self, k: int, true=None, false=None) -> "Program":
+        self._insns.append((BPF_JSET_K, true, false, k))
+        return self
+
     def ja(self, target) -> "Program":
         self._insns.append((BPF_JA, target, None, 0))
         return self
@@ -207,7 +233,7 @@ class Program:
     def assemble(self) -> bytes:
         out = []
         for pc, (code, jt, jf, k) in enumerate(self._insns):
-            if code in (BPF_JEQ_K, BPF_JGE_K):
+            if code in (BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K):
                 jt, jf = self._offset(pc, jt), self._offset(pc, jf)
             elif code == BPF_JA:
                 k, jt, jf = self._offset(pc, jt, limit=2**31 - 1), 0, 0
@@ -259,8 +285,8 @@ def _arch_dispatch(prog: Program) -> Program:
 
 
 def default_filter(network: str = "deny", allow_io_uring: bool = False, machine: str | None = None) -> bytes:
-    """The filter every sandbox loads (module docstring): ioctl TIOCSTI/TIOCLINUX and the
-    keyring calls fail with EPERM; io_uring fails with ENOSYS unless ``allow_io_uring``;
+    """The filter every sandbox loads (module docstring): ioctl TIOCSTI/TIOCLINUX, the
+    keyring calls and a set-id mode fail with EPERM (openat2 with ENOSYS); io_uring fails with ENOSYS unless ``allow_io_uring``;
     with ``network`` deny or proxy, socket/socketpair of :data:`GLOBAL_FAMILIES` fail with
     EAFNOSUPPORT and i386 socketcall(SYS_SOCKET|SYS_SOCKETPAIR) with EPERM; x32 fails with
     ENOSYS; other architectures are killed.
@@ -279,6 +305,12 @@ def default_filter(network: str = "deny", allow_io_uring: bool = False, machine:
         if abi == "i386":
             prog.label("i386").load(OFF_NR)
         prog.jeq(nr["ioctl"], "ioctl")
+        for arg, calls in MODE_CALLS.items():
+            for call in calls:
+                prog.jeq(nr[call], f"mode{arg}")
+        for call in OPEN_CALLS:
+            prog.jeq(nr[call], call)
+        prog.jeq(nr["openat2"], "enosys")
         for call in KEYRING_CALLS:
             prog.jeq(nr[call], "keyring")
         if not allow_io_uring:
@@ -296,17 +328,22 @@ def default_filter(network: str = "deny", allow_io_uring: bool = False, machine:
         for family in GLOBAL_FAMILIES:
             prog.jeq(family, "eafnosupport")
         prog.ja("allow")
+    for call, (flags, mode) in OPEN_CALLS.items():
+        (prog.label(call).load(off_arg_low(flags)).jset(O_CREAT | O_TMPFILE_BIT, f"mode{mode}", "allow"))
+    for arg in (1, 2, 3):                                  # umode_t: the low bits are all there is
+        prog.label(f"mode{arg}").load(off_arg_low(arg)).jset(S_ISUID | S_ISGID, "setid", "allow")
     prog.label("ioctl").load(off_arg_low(1))               # the request: low 32 bits only
     for request in DENIED_IOCTLS:
         prog.jeq(request, "eperm")
     prog.label("allow").ret(RET_ALLOW)
+    prog.label("setid").ret(errno_action(SETID_ERRNO))
     prog.label("keyring").ret(errno_action(KEYRING_ERRNO))
     prog.label("eperm").ret(errno_action(_errno.EPERM))
     if not allow_io_uring:
         prog.label("io_uring").ret(errno_action(IO_URING_ERRNO))
     if families:
         prog.label("eafnosupport").ret(errno_action(FAMILY_ERRNO))
-    prog.label("x32").ret(errno_action(_errno.ENOSYS))
+    prog.label("x32").label("enosys").ret(errno_action(_errno.ENOSYS))
     return prog.assemble()
 
 

@@ -32,6 +32,8 @@ def run(program: bytes, nr: int, arch: int, args=(0, 0, 0, 0, 0, 0)) -> int:
             pc += 1 + (jt if acc == k else jf)
         elif code == S.BPF_JGE_K:
             pc += 1 + (jt if acc >= k else jf)
+        elif code == S.BPF_JSET_K:
+            pc += 1 + (jt if acc & k else jf)
         elif code == S.BPF_JA:
             pc += 1 + k
         elif code == S.BPF_RET_K:
@@ -131,3 +133,28 @@ def test_ja_is_forward_only_and_validated():
 def test_unknown_network_mode_is_refused():
     with pytest.raises(S.PolicyError):
         S.default_filter("sideways")
+
+
+@pytest.mark.parametrize("mode", ["deny", "allow"])
+def test_setid_modes_refused_every_way(mode):
+    prog = S.default_filter(mode)
+    eperm = err(errno.EPERM)
+    for abi, arch, nr in (("x86_64", X86_64, NR64), ("i386", I386, NR32)):
+        for bits in (0o4755, 0o2755, 0o6000, 0o4000 | HIGH):
+            for call in ("chmod", "fchmod", "creat", "mknod"):
+                assert run(prog, nr[call], arch, (3, bits)) == eperm, (abi, call, oct(bits))
+            for call in ("fchmodat", "fchmodat2", "mknodat"):
+                assert run(prog, nr[call], arch, (3, 0, bits)) == eperm, (abi, call, oct(bits))
+            for flags in (S.O_CREAT, S.O_TMPFILE_BIT | 0o200000, S.O_CREAT | 0o1):
+                assert run(prog, nr["open"], arch, (0, flags, bits)) == eperm, (abi, oct(flags))
+                assert run(prog, nr["openat"], arch, (3, 0, flags, bits)) == eperm, (abi, oct(flags))
+        # controls: the same calls without the bits, and open's mode without O_CREAT/O_TMPFILE
+        for call in ("chmod", "fchmod", "creat", "mknod"):
+            assert run(prog, nr[call], arch, (3, 0o1777)) == ALLOW, (abi, call)
+        for call in ("fchmodat", "fchmodat2", "mknodat"):
+            assert run(prog, nr[call], arch, (3, 0, 0o1777)) == ALLOW, (abi, call)
+        assert run(prog, nr["open"], arch, (0, S.O_CREAT, 0o777)) == ALLOW
+        assert run(prog, nr["open"], arch, (0, 0o2, 0o4755)) == ALLOW   # no O_CREAT: the mode is unused
+        assert run(prog, nr["openat"], arch, (3, 0, 0o2, 0o4755)) == ALLOW
+        # openat2 keeps its mode in memory: refused whole, as a kernel without it would
+        assert run(prog, nr["openat2"], arch) == err(errno.ENOSYS)
