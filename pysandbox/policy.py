@@ -68,6 +68,15 @@ def check_path(path, what: str = "path") -> str:
     return "/" + "/".join(parts)
 
 
+def canonical(path: str) -> str:
+    """``path`` (absolute, checked) with every symlink in it resolved as the host has it
+    now (os.path.realpath; a missing tail is kept as given). Host paths of a policy are
+    kept in this form: the native backend resolves them at launch without following
+    any symlink, so a symlink swapped in later makes the launch fail closed
+    (``symlink_in_path``) instead of binding what it points to."""
+    return os.path.realpath(path)
+
+
 def check_mode(mode, what: str = "mode") -> int | None:
     if mode is None:
         return None
@@ -165,7 +174,9 @@ class Bind:
                                   Reason.CONFLICTING_OPTIONS, self.src)
             _set(self, "src_fd", check_fd(self.src_fd, "bind source descriptor"))
         else:
-            _set(self, "src", check_path(self.src, "bind source"))
+            # What a symlink the caller named points to NOW: the launch then binds this
+            # path without following any symlink (one planted later fails closed).
+            _set(self, "src", canonical(check_path(self.src, "bind source")))
         for flag in ("readonly", "dev", "optional"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"bind {flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
@@ -331,7 +342,7 @@ class Overlay:
         if isinstance(self.lower, (str, bytes, os.PathLike)):
             raise PolicyError("overlay lower must be a collection of paths, not one path",
                               Reason.INVALID_VALUE, self.lower)
-        lower = tuple(check_path(p, "overlay lower dir") for p in _items(self.lower, "overlay lower"))
+        lower = tuple(canonical(check_path(p, "overlay lower dir")) for p in _items(self.lower, "overlay lower"))
         _set(self, "lower", lower)
         if not isinstance(self.tmp, bool):
             raise PolicyError("overlay tmp must be a bool", Reason.INVALID_VALUE, self.tmp)
@@ -342,8 +353,8 @@ class Overlay:
             if self.tmp:
                 raise PolicyError("a tmp overlay writes to a tmpfs: it takes no upper or work directory",
                                   Reason.CONFLICTING_OPTIONS, self.upper)
-            _set(self, "upper", check_path(self.upper, "overlay upper dir"))
-            _set(self, "work", check_path(self.work, "overlay work dir"))
+            _set(self, "upper", canonical(check_path(self.upper, "overlay upper dir")))
+            _set(self, "work", canonical(check_path(self.work, "overlay work dir")))
         least = 2 if self.upper is None and not self.tmp else 1
         if len(lower) < least:
             what = "a read-only overlay needs at least two lower directories" if least == 2 else \
@@ -569,6 +580,8 @@ class Policy:
         """The default policy of DESIGN.md.
 
         ``/`` read-only, ``workdir`` (if given) read-write and the initial directory,
+        (``workdir``, ``ro`` and ``rw`` paths are taken as the host resolves their
+        symlinks when the policy is built, and bound at that canonical path),
         fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
         uts and (network deny) net namespaces; die with parent; new session. Extra
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs``
@@ -580,12 +593,16 @@ class Policy:
             PolicyError: a bad path, a missing bind source, or a bad override.
         """
         items = []  # (depth, rank, op): parents before children, then by kind
+        # A path given as a symlink is bound where it points now, at that (canonical)
+        # path: the symlink, seen through the read-only /, leads there in the sandbox.
         for path in _paths(ro, "ro"):
+            path = canonical(path)
             items.append((path, 0, Bind(path, path, readonly=True)))
         for path in _paths(rw, "rw"):
+            path = canonical(path)
             items.append((path, 0, Bind(path, path)))
         if workdir is not None:
-            wd = check_path(_absolute(workdir), "workdir")
+            wd = canonical(check_path(_absolute(workdir), "workdir"))
             items.append((wd, 0, Bind(wd, wd)))
             overrides.setdefault("chdir", wd)
         for path in _paths(tmpfs, "tmpfs"):
