@@ -157,7 +157,9 @@ def _hashable(item, what: str) -> bool:
 class Bind:
     """Bind the host path ``src`` on ``dest``. ``readonly`` applies to every submount;
     ``dev`` keeps device nodes usable; ``optional`` skips a missing source (bwrap -try).
-    ``src_fd`` binds an open descriptor instead of a path (bwrap --bind-fd)."""
+    ``src_fd`` binds an open descriptor instead of a path (bwrap --bind-fd).
+    ``src`` is kept canonical (:func:`canonical`): a symlink named here is resolved
+    now, and the launch binds that path without following any symlink in it."""
 
     src: str | None
     dest: str
@@ -311,7 +313,9 @@ class Chmod:
 @dataclass(frozen=True)
 class Hide:
     """Cover ``path`` with an empty, read-only, inaccessible node (never created on the host).
-    A path that does not exist is already hidden and is skipped."""
+    A path that does not exist is already hidden and is skipped; on the native backend,
+    one that existed when the plan was made and cannot be reached at launch for any
+    reason but having vanished (its last component missing) fails the launch."""
 
     path: str
 
