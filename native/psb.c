@@ -414,6 +414,8 @@ static int psb_root_for(struct psb_child *c, const char *path, int nofollow, con
     return -2;
 }
 
+static int psb_open_parent(struct psb_child *c, const char *path, char buf[PATH_MAX], const char **leaf);
+
 /* Runs in the child during setup: open path as above with flags (O_PATH unless
  * told), -1 with errno on failure (ELOOP: a symlink where none may be). */
 static int psb_open_in(struct psb_child *c, const char *path, int flags, mode_t mode, int nofollow)
@@ -431,7 +433,16 @@ static int psb_open_in(struct psb_child *c, const char *path, int flags, mode_t 
         fd = psb_openat2(root, rel, flags, mode, resolve);
         if (fd < 0 && errno == ENOSYS) {
             if (flags & O_CREAT) {
-                errno = ENOSYS;   /* no safe create without openat2: fail closed */
+                /* The parent walked without symlinks, the leaf created O_NOFOLLOW. */
+                char buf[PATH_MAX];
+                const char *leaf;
+                int dir = psb_open_parent(c, path, buf, &leaf);
+                if (dir >= 0) {
+                    fd = openat(dir, leaf, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+                    int saved = errno;
+                    close(dir);
+                    errno = saved;
+                }
             } else {
                 fd = psb_walk_nofollow(root, rel);
                 if (fd >= 0 && !(flags & O_PATH)) {

@@ -206,3 +206,67 @@ def test_hide_unreachable_fails_closed_vanished_skipped(tmp_path):
     with pytest.raises(SetupError) as info:
         _run(["true"], policy, "native")
     assert info.value.errno == 20 and str(base / "d") in (info.value.filename or ""), info.value
+
+
+FALLBACK = r'''
+import ctypes, json, os, struct, sys
+import pysandbox
+# Before Linux 5.6/5.2: openat2, open_tree and move_mount answer ENOSYS (a filter of
+# ours, inherited by the sandbox's setup), so the component walk and the magic-link
+# binds run.
+ENOSYS = 38
+def insn(code, jt, jf, k):
+    return struct.pack("HBBI", code, jt, jf, k)
+prog = insn(0x20, 0, 0, 0)                      # A = nr
+for i, nr in enumerate((437, 428, 429)):        # openat2, open_tree, move_mount
+    prog += insn(0x15, 3 - i, 0, nr)
+prog += insn(0x06, 0, 0, 0x7FFF0000)            # allow
+prog += insn(0x06, 0, 0, 0x00050000 | ENOSYS)   # errno ENOSYS
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(prog)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fp = Fprog(len(prog) // 8, ctypes.addressof(buf))
+assert libc.prctl(38, 1, 0, 0, 0) == 0          # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(fp), 0, 0) == 0, ctypes.get_errno()   # SECCOMP_MODE_FILTER
+out = {"openat2": libc.syscall(437, -100, b"/", None, 0) == -1 and ctypes.get_errno()}
+sub, hide = sys.argv[1], sys.argv[2]
+policy = pysandbox.Policy.default(workdir=None, rw=[sub], hide=[hide])
+done = pysandbox.run(["sh", "-c", f"echo w > {sub}/written && cat {hide}; true"], policy=policy,
+                     backend="native", capture_output=True, timeout=60)
+out["control"] = [done.returncode, done.stdout.decode(), done.stderr.decode()]
+os.unlink(sub + "/written")
+os.rmdir(sub)
+os.symlink("/oldroot", sub)
+try:
+    pysandbox.run(["true"], policy=policy, backend="native", timeout=60)
+    out["attack"] = "launched"
+except pysandbox.SandboxError as exc:
+    out["attack"] = exc.reason.value
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("no_setattr", [False, True])
+def test_fallback_without_openat2_fails_closed(tmp_path, no_setattr):
+    """Forced fallback (no openat2/open_tree/move_mount; and no mount_setattr): the
+    component walk still binds a real directory and hides, and refuses a planted symlink."""
+    import json
+    import subprocess
+    import sys
+    from pysandbox.backends.native import NO_MOUNT_SETATTR_ENV
+    if host_capability("native"):
+        need("native", host_capability("native"))
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (tmp_path / "secret").write_text("SECRET")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    if no_setattr:
+        env[NO_MOUNT_SETATTR_ENV] = "1"
+    done = subprocess.run([sys.executable, "-c", FALLBACK, str(sub), str(tmp_path / "secret")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    assert res["openat2"] == 38, res   # the filter is in force
+    assert res["control"][0] == 0 and "SECRET" not in res["control"][1], res
+    assert res["attack"] == "symlink_in_path", res
