@@ -23,7 +23,7 @@ enum psb_op_kind {
     PSB_OP_SYMLINK = ..., PSB_OP_WRITE = ..., PSB_OP_CHMOD = ..., PSB_OP_PIVOT = ...,
     PSB_OP_LOOPBACK = ..., PSB_OP_HOSTNAME = ..., PSB_OP_DISABLE_USERNS = ..., PSB_OP_CAPS = ...,
     PSB_OP_NNP = ..., PSB_OP_INIT = ..., PSB_OP_SECCOMP = ..., PSB_OP_SETSID = ..., PSB_OP_CHDIR = ...,
-    PSB_OP_WAIT_FD = ..., PSB_OP_SETNS = ..., PSB_OP_UNSHARE = ..., PSB_OP_HOP = ...,
+    PSB_OP_WAIT_FD = ..., PSB_OP_SETNS = ..., PSB_OP_UNSHARE = ..., PSB_OP_HOP = ..., PSB_OP_CHECK_PATH = ...,
 };
 enum psb_stage {
     PSB_STAGE_OP = ..., PSB_STAGE_CLONE = ..., PSB_STAGE_PARENT_DIED = ..., PSB_STAGE_FDS = ...,

@@ -1477,6 +1477,11 @@ static void psb_child_main(struct psb_child *c, int start)
                 psb_wait_release(c, i + 1);
             break;
         }
+        case PSB_OP_CHECK_PATH: {
+            int fd = psb_open_in(c, P(c, op->a), O_PATH, 0, 1);
+            r = fd < 0 ? -1 : close(fd);
+            break;
+        }
         default:
             errno = EINVAL;
             r = -1;

@@ -52,6 +52,8 @@ enum psb_op_kind {
                                  clone; the new one reports itself (PSB_STAGE_HOP_PID) with its
                                  credentials, which the kernel translates into the launcher's
                                  pid namespace (the error channel is then a socket pair) */
+    PSB_OP_CHECK_PATH,        /* a=host path under /oldroot: it must resolve without any symlink
+                                 (an overlay layer, checked before the kernel resolves it) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */

@@ -54,7 +54,8 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 # compiled module on load (see _load), so a drift is an import-time error, not a bug.
 OP_KINDS = ("IDMAP", "PDEATHSIG", "SETUP_ROOT", "MKDIRS", "MKFILE", "BIND", "MOUNT", "SETATTR",
             "SYMLINK", "WRITE", "CHMOD", "PIVOT", "LOOPBACK", "HOSTNAME", "DISABLE_USERNS", "CAPS",
-            "NNP", "INIT", "SECCOMP", "SETSID", "CHDIR", "WAIT_FD", "SETNS", "UNSHARE", "HOP")
+            "NNP", "INIT", "SECCOMP", "SETSID", "CHDIR", "WAIT_FD", "SETNS", "UNSHARE", "HOP",
+            "CHECK_PATH")
 OP = {name: i + 1 for i, name in enumerate(OP_KINDS)}
 STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE = 1, 2, 3, 4, 5, 6   # (7, 8: hops, never failures)
 F_RO, F_DEV, F_OPTIONAL, F_BIND, F_MODE, F_USERNS_FDS, F_IF_WRITABLE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40
@@ -302,6 +303,12 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
                 for layer in ("upper", "work"):
                     ops.append(COp("MKDIRS", b=f"/tmp-overlay-{layer}-{op.tmp_index}", mode=0o755, stage="overlay",
                                    plan_index=i, filename=op.dest))
+            # The kernel resolves the layers' paths itself (following symlinks): each is
+            # first checked to resolve without one, as a bind source is (canonical in
+            # the Policy). A swap racing this check and the mount is not caught.
+            for layer in op.lower + ((op.upper, op.work) if op.upper is not None else ()):
+                ops.append(COp("CHECK_PATH", a=_in("/oldroot", layer), stage="overlay", plan_index=i,
+                               filename=layer))
             # nosuid,nodev: stricter than bwrap (which passes no flags), as for our binds.
             ops.append(COp("MOUNT", a="overlay", b=_in("/newroot", op.dest), c="overlay", d=op.data,
                            n=MS_NOSUID | MS_NODEV, stage="overlay", plan_index=i, filename=op.dest))
@@ -592,7 +599,7 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
                              errno=err, filename=op.filename)
             exc.mount_options = op.d   # for pybwrap's message
             return exc
-        if err == E.ELOOP and op.kind in ("BIND", "CHDIR") or err == E.EXDEV and op.kind == "BIND":
+        if err == E.ELOOP and op.kind in ("BIND", "CHDIR", "CHECK_PATH") or err == E.EXDEV and op.kind == "BIND":
             # A host path of the policy resolved without following symlinks (canonical
             # when the Policy was built): a symlink there now was swapped in since.
             return SetupError(f"{op.stage}{where}: a symbolic link is in the path, or the path changed since the "

@@ -270,3 +270,24 @@ def test_fallback_without_openat2_fails_closed(tmp_path, no_setattr):
     assert res["openat2"] == 38, res   # the filter is in force
     assert res["control"][0] == 0 and "SECRET" not in res["control"][1], res
     assert res["attack"] == "symlink_in_path", res
+
+
+def test_overlay_layer_swapped_for_symlink_fails_closed(tmp_path):
+    """Native: an overlay's lower directory swapped for a symlink after the Policy fails
+    the launch (checked before the kernel resolves the layer paths itself)."""
+    if host_capability("native"):
+        need("native", host_capability("native"))
+    lower = tmp_path / "lower"
+    lower.mkdir()
+    (lower / "f").write_text("lower")
+    policy = pysandbox.Policy.default(workdir=None)
+    policy = policy.replace(fs=policy.fs + (pysandbox.Overlay("/mnt", lower=(str(lower),), tmp=True),))
+    done = _run(["cat", "/mnt/f"], policy, "native")
+    assert done.returncode == 0 and done.stdout == b"lower", done   # control
+    (lower / "f").unlink()
+    lower.rmdir()
+    os.symlink("/oldroot/etc", lower)
+    with pytest.raises(SandboxError) as info:
+        done = _run(["ls", "/mnt"], policy, "native")
+        pytest.fail(f"mounted an overlay of the swapped layer: {done.stdout!r}")
+    assert info.value.reason is Reason.SYMLINK_IN_PATH and info.value.filename == str(lower), info.value
