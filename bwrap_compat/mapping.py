@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, PolicyError, Reason
 from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Overlay, Policy,
                               Proc, RemountRo, Symlink, Tmpfs)
+from pysandbox.plan import PROC_READONLY
 
 from .parser import BwrapArgs, CAP_NAMES, read_fd_default
 
@@ -141,10 +142,12 @@ def _fs_op(op, read_fd, unshare_pid):
         if unshare_pid:
             return Proc(dest)
         # bwrap: "Use system procfs, as we share pid namespace anyway", then its
-        # dangerous corners re-bound read-only where the caller could write them.
+        # host-global corners re-bound read-only. Stricter than bwrap, which covers
+        # them only where access(W_OK) succeeds (never /proc/sys, writable by root
+        # although its directory is 0555): always, as pysandbox's own /proc.
         out = [Bind("/proc", dest)]
-        for sub in ("sys", "sysrq-trigger", "irq", "bus"):
-            if os.access(f"/proc/{sub}", os.W_OK):
+        for sub in PROC_READONLY:
+            if os.path.lexists(f"/proc/{sub}"):
                 out.append(Bind(f"/proc/{sub}", f"{dest.rstrip('/')}/{sub}", readonly=True))
         return out
     if kind == "--dev":

@@ -49,6 +49,31 @@
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef OPEN_TREE_CLOEXEC
+#define OPEN_TREE_CLOEXEC O_CLOEXEC
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+#ifndef MOVE_MOUNT_T_EMPTY_PATH
+#define MOVE_MOUNT_T_EMPTY_PATH 0x00000040
+#endif
+#ifndef __NR_openat2
+#define __NR_openat2 437
+#endif
+#ifndef __NR_open_tree
+#define __NR_open_tree 428
+#endif
+#ifndef __NR_move_mount
+#define __NR_move_mount 429
+#endif
+#define PSB_RESOLVE_NO_MAGICLINKS 0x02
+#define PSB_RESOLVE_NO_SYMLINKS   0x04
+#define PSB_RESOLVE_BENEATH       0x08
+#define PSB_RESOLVE_IN_ROOT       0x10
 #define PSB_MOUNT_ATTR_RDONLY 0x00000001
 #define PSB_MOUNT_ATTR_NOSUID 0x00000002
 #define PSB_MOUNT_ATTR_NODEV  0x00000004
@@ -58,6 +83,12 @@ struct psb_mount_attr {
     uint64_t attr_clr;
     uint64_t propagation;
     uint64_t userns_fd;
+};
+
+struct psb_open_how {
+    uint64_t flags;
+    uint64_t mode;
+    uint64_t resolve;
 };
 
 struct psb_record {
@@ -86,6 +117,7 @@ struct psb_child {
     int go_fd, go_wr;     /* exec-init mode: the command waits for EOF on go_fd */
     int last_hop;         /* index of the plan's last HOP op, or -1 */
     mode_t old_umask;     /* the caller's, restored before exec (setup runs with 0, as bwrap) */
+    int oldroot_fd;       /* O_PATH of the host root (/oldroot) during setup, or -1 */
 };
 
 #define S(c, off) ((off) < 0 ? NULL : (c)->plan->strtab + (off))  /* optional string */
@@ -187,32 +219,84 @@ static int psb_remount(const char *path, unsigned long add)
     return mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | f | add, NULL);
 }
 
+static const char *psb_fd_path(char buf[64], int fd);
+static int psb_open_in(struct psb_child *c, const char *path, int flags, mode_t mode, int nofollow);
+
 /* Runs in the child with CAP_SYS_ADMIN in its user namespace: apply nosuid, nodev
- * (unless dev) and read-only (if ro) to dst and, when recursive, to every mount
- * below it. mount_setattr(AT_RECURSIVE) does it in one call; without it (ENOSYS,
- * or forced) each submount listed by Python is remounted. */
-static int psb_restrict(struct psb_child *c, const char *dst, int ro, int dev,
-                        int recursive, const char *subs)
+ * (unless dev) and read-only (if ro) to the mount fd names and, when recursive, to
+ * every mount below it. mount_setattr(AT_RECURSIVE) does it in one call; without it
+ * (ENOSYS, or forced) the mount is remounted through its descriptor's magic link
+ * and each submount listed by Python by its path. */
+static int psb_restrict_fd(struct psb_child *c, int fd, int ro, int dev, int recursive, const char *subs)
 {
-    unsigned long add = MS_NOSUID | (dev ? 0 : MS_NODEV) | (ro ? MS_RDONLY : 0);
     if (!c->plan->no_mount_setattr) {
         struct psb_mount_attr attr = { 0, 0, 0, 0 };
         attr.attr_set = PSB_MOUNT_ATTR_NOSUID | (dev ? 0 : PSB_MOUNT_ATTR_NODEV) |
                         (ro ? PSB_MOUNT_ATTR_RDONLY : 0);
-        if (psb_sys_mount_setattr(AT_FDCWD, dst, recursive ? AT_RECURSIVE : 0, &attr) == 0)
+        if (psb_sys_mount_setattr(fd, "", AT_EMPTY_PATH | (recursive ? AT_RECURSIVE : 0), &attr) == 0)
             return 0;
         if (errno != ENOSYS)
             return -1;
     }
-    if (psb_remount(dst, add) != 0)
+    char path[64];
+    psb_fd_path(path, fd);
+    unsigned long add = MS_NOSUID | (dev ? 0 : MS_NODEV) | (ro ? MS_RDONLY : 0);
+    if (psb_remount(path, add) != 0)
         return -1;
     if (!recursive || subs == NULL)
         return 0;
     for (const char *p = subs; *p; p += strlen(p) + 1) {
         if (psb_remount(p, add) != 0 && errno != EACCES && errno != ENOENT)
-            return -1;  /* EACCES/ENOENT: not reachable, so not usable either (as bwrap) */
+            return -1;
     }
     return 0;
+}
+
+/* Runs in the child with CAP_SYS_ADMIN in its user namespace: bind what descriptor
+ * sfd names on what dfd names, by descriptor (open_tree + move_mount: no path is
+ * walked again, so nothing can be swapped in between), then restrict it. dst: the
+ * destination's plan path, only for kernels without open_tree. */
+static int psb_bind_fd(struct psb_child *c, int sfd, int dfd, const char *dst, int ro, int dev,
+                       int recursive, const char *subs)
+{
+    int tree = (int)syscall(__NR_open_tree, sfd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
+                            (recursive ? AT_RECURSIVE : 0));
+    if (tree >= 0) {
+        int r = (int)syscall(__NR_move_mount, tree, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+        /* The tree's descriptor names the new mount's root, now attached. */
+        if (r == 0)
+            r = psb_restrict_fd(c, tree, ro, dev, recursive, subs);
+        if (r == 0) {
+            struct stat want, got;   /* the inode bound is the one resolved */
+            if (fstat(sfd, &want) != 0 || fstat(tree, &got) != 0)
+                r = -1;
+            else if (want.st_dev != got.st_dev || want.st_ino != got.st_ino) {
+                errno = EXDEV;
+                r = -1;
+            }
+        }
+        int saved = errno;
+        close(tree);
+        errno = saved;
+        return r;
+    }
+    if (errno != ENOSYS)
+        return -1;
+    /* Before 5.2: mount(2) through the descriptors' magic links (the files they
+     * name, not paths), then the new mount found again in the new root. */
+    char sp[64], dp[64];
+    psb_fd_path(sp, sfd);
+    psb_fd_path(dp, dfd);
+    if (mount(sp, dp, NULL, MS_BIND | (recursive ? MS_REC : 0), NULL) != 0)
+        return -1;
+    int top = psb_open_in(c, dst, O_PATH, 0, 0);
+    if (top < 0)
+        return -1;
+    int r = psb_restrict_fd(c, top, ro, dev, recursive, subs);
+    int saved = errno;
+    close(top);
+    errno = saved;
+    return r;
 }
 
 /* Runs in the child: copy an absolute path into a PATH_MAX stack buffer; its length,
@@ -226,6 +310,225 @@ static size_t psb_path_copy(char buf[PATH_MAX], const char *path)
     }
     memcpy(buf, path, len + 1);
     return len;
+}
+
+/* Path resolution during setup (after SETUP_ROOT: the setup tmpfs is /, the host
+ * root /oldroot, the new root /newroot). A path of the plan is never handed to the
+ * kernel to walk as is: an earlier sandboxed command may have planted a symlink in
+ * a writable host directory, and a walk from the setup root would follow it to any
+ * host directory (an absolute target resolves against the setup root, whose
+ * /oldroot is the host's /; "../.." climbs out of /newroot). Instead:
+ *   - under /oldroot (host paths: bind sources, canonical since the Policy was
+ *     built): beneath the host root, no symlink of any kind (ELOOP: fail closed);
+ *   - under /newroot (destinations): in the new root, as bubblewrap 0.12, so a
+ *     symlink resolves as the sandbox will see it and never leaves it; for a
+ *     source there, no symlinks at all;
+ *   - anything else is the setup tmpfs's own (only we write there): no final symlink.
+ * The result is an O_PATH descriptor; mounts are made on it, not on the path.
+ * Without openat2 (ENOSYS, before 5.6) each component is opened O_NOFOLLOW and a
+ * symlink anywhere is ELOOP: stricter, never looser. */
+
+/* Runs in the child, any privilege. */
+static int psb_openat2(int dirfd, const char *rel, int flags, mode_t mode, uint64_t resolve)
+{
+    struct psb_open_how how = { (uint64_t)(flags | O_CLOEXEC), (flags & O_CREAT) ? mode : 0, resolve };
+    return (int)syscall(__NR_openat2, dirfd, rel, &how, sizeof how);
+}
+
+/* Runs in the child, any privilege: the openat2 fallback, one component at a time,
+ * O_NOFOLLOW, a symlink or ".." anywhere refused (ELOOP / EXDEV). O_PATH only. */
+static int psb_walk_nofollow(int dirfd, const char *rel)
+{
+    char buf[PATH_MAX];
+    if (psb_path_copy(buf, rel) == 0)
+        return -1;
+    int cur = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+    if (cur < 0)
+        return -1;
+    char *save = NULL;
+    for (char *part = strtok_r(buf, "/", &save); part != NULL; part = strtok_r(NULL, "/", &save)) {
+        if (strcmp(part, ".") == 0)
+            continue;
+        int next = -1;
+        if (strcmp(part, "..") == 0)
+            errno = EXDEV;
+        else
+            next = openat(cur, part, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (next >= 0 && fstat(next, &st) == 0 && S_ISLNK(st.st_mode)) {
+            close(next);
+            next = -1;
+            errno = ELOOP;
+        }
+        int saved = errno;
+        close(cur);
+        errno = saved;
+        if (next < 0)
+            return -1;
+        cur = next;
+    }
+    return cur;
+}
+
+/* Runs in the child: 1 when path is root or below it ("/oldroot", "/oldroot/x"). */
+static int psb_under(const char *path, const char *root)
+{
+    size_t n = strlen(root);
+    return strncmp(path, root, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* Runs in the child during setup: the root descriptor and relative path for path
+ * (see above); *resolve gets the openat2 resolve flags. Returns the root fd to
+ * close (or -2 when none needs closing: oldroot's), -1 with errno on failure. */
+static int psb_root_for(struct psb_child *c, const char *path, int nofollow, const char **rel,
+                        uint64_t *resolve, int *rootfd)
+{
+    if (psb_under(path, "/oldroot")) {
+        if (c->oldroot_fd < 0) {   /* before SETUP_ROOT or after PIVOT: never walk the host */
+            errno = EBADF;
+            return -1;
+        }
+        *rootfd = c->oldroot_fd;
+        *resolve = PSB_RESOLVE_BENEATH | PSB_RESOLVE_NO_SYMLINKS | PSB_RESOLVE_NO_MAGICLINKS;
+        path += 8;
+    } else if (psb_under(path, "/newroot")) {
+        /* Opened each time: a mount on the new root's / stacks over the old handle. */
+        *rootfd = open("/newroot", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (*rootfd < 0)
+            return -1;
+        *resolve = PSB_RESOLVE_IN_ROOT | PSB_RESOLVE_NO_MAGICLINKS | (nofollow ? PSB_RESOLVE_NO_SYMLINKS : 0);
+        path += 8;
+        while (*path == '/')
+            path++;
+        *rel = *path ? path : ".";
+        return *rootfd;
+    } else {
+        *rootfd = AT_FDCWD;
+        *resolve = 0;
+        *rel = path;
+        return -2;
+    }
+    while (*path == '/')
+        path++;
+    *rel = *path ? path : ".";
+    return -2;
+}
+
+static int psb_open_parent(struct psb_child *c, const char *path, char buf[PATH_MAX], const char **leaf);
+
+/* Runs in the child during setup: open path as above with flags (O_PATH unless
+ * told), -1 with errno on failure (ELOOP: a symlink where none may be). */
+static int psb_open_in(struct psb_child *c, const char *path, int flags, mode_t mode, int nofollow)
+{
+    const char *rel;
+    uint64_t resolve;
+    int root;
+    int owned = psb_root_for(c, path, nofollow, &rel, &resolve, &root);
+    if (owned == -1)
+        return -1;
+    int fd;
+    if (root == AT_FDCWD)
+        fd = open(rel, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+    else {
+        fd = psb_openat2(root, rel, flags, mode, resolve);
+        if (fd < 0 && errno == ENOSYS) {
+            if (flags & O_CREAT) {
+                /* The parent walked without symlinks, the leaf created O_NOFOLLOW. */
+                char buf[PATH_MAX];
+                const char *leaf;
+                int dir = psb_open_parent(c, path, buf, &leaf);
+                if (dir >= 0) {
+                    fd = openat(dir, leaf, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+                    int saved = errno;
+                    close(dir);
+                    errno = saved;
+                }
+            } else {
+                fd = psb_walk_nofollow(root, rel);
+                if (fd >= 0 && !(flags & O_PATH)) {
+                    errno = ENOSYS;
+                    close(fd);
+                    fd = -1;
+                }
+            }
+        }
+    }
+    int saved = errno;
+    if (owned >= 0)
+        close(owned);
+    errno = saved;
+    return fd;
+}
+
+/* Runs in the child during setup: the parent directory of path, resolved as path
+ * would be, and its last component in *leaf (a pointer into buf). */
+static int psb_open_parent(struct psb_child *c, const char *path, char buf[PATH_MAX], const char **leaf)
+{
+    size_t len = psb_path_copy(buf, path);
+    if (len == 0)
+        return -1;
+    while (len > 1 && buf[len - 1] == '/')
+        buf[--len] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (slash == NULL || slash[1] == '\0') {
+        errno = EINVAL;
+        return -1;
+    }
+    *leaf = slash + 1;
+    if (slash == buf) {
+        *slash = '\0';
+        int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        *slash = '/';
+        return fd;
+    }
+    *slash = '\0';
+    int fd = psb_open_in(c, buf, O_PATH | O_DIRECTORY, 0, 0);
+    int saved = errno;
+    *slash = '/';
+    errno = saved;
+    return fd;
+}
+
+/* Runs in the child: "/oldroot/proc/self/fd/N" (the host procfs, reachable until the
+ * final pivot) in buf, for calls that only take a path (remount, chmod, old
+ * kernels' mount). The magic link names the descriptor's own file, not a path. */
+static const char *psb_fd_path(char buf[64], int fd)
+{
+    char digits[16];
+    int n = 0;
+    unsigned int v = (unsigned int)fd;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(buf, "/oldroot/proc/self/fd/", 22);
+    size_t len = 22;
+    while (n > 0)
+        buf[len++] = digits[--n];
+    buf[len] = '\0';
+    return buf;
+}
+
+/* Runs in the child during setup, for an optional op (a hide of a path that may have
+ * vanished from the host since the plan): 1 when path is missing only in its last
+ * component (nothing left to hide), 0 otherwise (errno kept: fail closed). */
+static int psb_vanished(struct psb_child *c, const char *path)
+{
+    int saved = errno;
+    if (saved != ENOENT)
+        return 0;
+    char buf[PATH_MAX];
+    const char *leaf;
+    int dir = psb_open_parent(c, path, buf, &leaf);
+    if (dir < 0) {
+        errno = saved;
+        return 0;
+    }
+    struct stat st;
+    int gone = fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+    close(dir);
+    errno = saved;
+    return gone;
 }
 
 /* Runs in the child, any privilege: mkdir -p with a stack buffer. The leaf is
@@ -285,6 +588,86 @@ static int psb_mkfile(const char *path, mode_t parent_mode)
     return 0;
 }
 
+/* Runs in the child during setup: mkdir of path whose parent exists, resolved as
+ * psb_open_in does; an existing directory (or a symlink to one, in the new root) is
+ * fine. */
+static int psb_mkdir_one(struct psb_child *c, const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    const char *leaf;
+    int dir = psb_open_parent(c, path, buf, &leaf);
+    if (dir < 0)
+        return -1;
+    int r = mkdirat(dir, leaf, mode);
+    int saved = errno;
+    close(dir);
+    errno = saved;
+    if (r == 0 || errno != EEXIST)
+        return r;
+    int fd = psb_open_in(c, path, O_PATH | O_DIRECTORY, 0, 0);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+/* Runs in the child during setup: mkdir -p of a path in the new root, every
+ * component resolved in it (a planted symlink cannot send it to the host). */
+static int psb_mkdirs_in(struct psb_child *c, const char *path, mode_t mode, mode_t parent_mode)
+{
+    if (!psb_under(path, "/newroot") || strcmp(path, "/newroot") == 0)
+        return psb_mkdirs(path, mode, parent_mode);
+    if (psb_mkdir_one(c, path, mode) == 0)
+        return 0;
+    if (errno != ENOENT)
+        return -1;
+    char buf[PATH_MAX];
+    size_t len = psb_path_copy(buf, path);
+    if (len == 0)
+        return -1;
+    for (size_t i = 9; i < len; i++) {
+        if (buf[i] == '/') {
+            buf[i] = '\0';
+            int r = psb_mkdir_one(c, buf, parent_mode);
+            buf[i] = '/';
+            if (r != 0)
+                return -1;
+        }
+    }
+    return psb_mkdir_one(c, path, mode);
+}
+
+/* Runs in the child during setup: psb_mkfile in the new root. */
+static int psb_mkfile_in(struct psb_child *c, const char *path, mode_t parent_mode)
+{
+    if (!psb_under(path, "/newroot"))
+        return psb_mkfile(path, parent_mode);
+    char buf[PATH_MAX];
+    const char *leaf;
+    int dir = psb_open_parent(c, path, buf, &leaf);
+    if (dir < 0 && errno == ENOENT) {
+        char parent[PATH_MAX];
+        if (psb_path_copy(parent, path) == 0)
+            return -1;
+        char *slash = strrchr(parent, '/');
+        if (slash != NULL && slash != parent) {
+            *slash = '\0';
+            if (psb_mkdirs_in(c, parent, parent_mode, parent_mode) != 0)
+                return -1;
+        }
+        dir = psb_open_parent(c, path, buf, &leaf);
+    }
+    if (dir < 0)
+        return -1;
+    int fd = openat(dir, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0444);
+    int saved = errno;
+    close(dir);
+    if (fd < 0)
+        return saved == EEXIST ? 0 : (errno = saved, -1);
+    close(fd);
+    return 0;
+}
+
 /* Runs in the child, any privilege: copy what a descriptor yields, to EOF. */
 static int psb_copy_fd(int from, int to)
 {
@@ -311,7 +694,7 @@ static int psb_op_write(struct psb_child *c, const struct psb_op *op)
     /* Modes as bwrap (umask 0 here): --file 0666, --bind-data 0600 (mkstemp), or the
      * op's mode; an existing --file destination keeps its mode (no chmod). */
     mode_t create = (op->flags & PSB_F_MODE) ? (mode_t)op->mode : (op->flags & PSB_F_BIND) ? 0600 : 0666;
-    int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, create);
+    int fd = psb_open_in(c, file, O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY, create, 0);
     if (fd < 0)
         return -1;
     int r = 0;
@@ -326,38 +709,57 @@ static int psb_op_write(struct psb_child *c, const struct psb_op *op)
     errno = saved;
     if (r != 0 || !(op->flags & PSB_F_BIND))
         return r;
-    if (psb_mkfile(dst, 0700) != 0) {
-        /* A hidden file that vanished from a read-only host bind: nothing to hide. */
-        if ((op->flags & PSB_F_OPTIONAL) && (errno == EROFS || errno == ENOENT))
+    /* A hide (OPTIONAL) never creates its mount point: the node it covers is there,
+     * or it vanished from the host since the plan (nothing left to hide). Anything
+     * else that keeps it from being reached fails closed. */
+    if (!(op->flags & PSB_F_OPTIONAL) && psb_mkfile_in(c, dst, 0700) != 0)
+        return -1;
+    int dfd = psb_open_in(c, dst, O_PATH, 0, 0);
+    if (dfd < 0) {
+        if ((op->flags & PSB_F_OPTIONAL) && psb_vanished(c, dst))
             return unlink(file);
         return -1;
     }
-    if (mount(file, dst, NULL, MS_BIND, NULL) != 0)
+    int sfd = open(file, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (sfd < 0) {
+        saved = errno;
+        close(dfd);
+        errno = saved;
         return -1;
-    if (psb_restrict(c, dst, op->flags & PSB_F_RO, 0, 0, NULL) != 0)
+    }
+    r = psb_bind_fd(c, sfd, dfd, dst, op->flags & PSB_F_RO, 0, 0, NULL);
+    saved = errno;
+    close(sfd);
+    close(dfd);
+    errno = saved;
+    if (r != 0)
         return -1;
     return unlink(file);
 }
 
-/* Runs in the child, any privilege: an existing identical symlink is fine. */
-static int psb_op_symlink(const char *target, const char *path)
+/* Runs in the child, any privilege: an existing identical symlink is fine. The
+ * parent is resolved in the new root. */
+static int psb_op_symlink(struct psb_child *c, const char *target, const char *path)
 {
-    if (symlink(target, path) == 0)
-        return 0;
-    if (errno != EEXIST)
-        return -1;
     char buf[PATH_MAX];
-    ssize_t n = readlink(path, buf, sizeof buf - 1);
-    if (n < 0) {
-        errno = EEXIST;
+    const char *leaf;
+    int dir = psb_open_parent(c, path, buf, &leaf);
+    if (dir < 0)
         return -1;
-    }
-    buf[n] = '\0';
-    if (strcmp(buf, target) != 0) {
+    int r = symlinkat(target, dir, leaf);
+    if (r != 0 && errno == EEXIST) {
+        char got[PATH_MAX];
+        ssize_t n = readlinkat(dir, leaf, got, sizeof got - 1);
+        if (n >= 0) {
+            got[n] = '\0';
+            r = strcmp(got, target) == 0 ? 0 : -1;
+        }
         errno = EEXIST;
-        return -1;
     }
-    return 0;
+    int saved = errno;
+    close(dir);
+    errno = saved;
+    return r;
 }
 
 /* Runs in the child with CAP_SYS_ADMIN in its user namespace, before any mount op:
@@ -395,16 +797,29 @@ static int psb_op_setup_root(struct psb_child *c, const struct psb_op *op)
         return -1;
     if (syscall(SYS_pivot_root, base, "oldroot") != 0)
         return -1;
-    return chdir("/");
+    if (chdir("/") != 0)
+        return -1;
+    /* Every host path of the plan is resolved beneath this (psb_open_in). */
+    c->oldroot_fd = open("/oldroot", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return c->oldroot_fd < 0 ? -1 : 0;
 }
 
 /* Runs in the child with CAP_SYS_ADMIN in its user namespace, after every mount op:
  * detach the host root and make newroot the root, so nothing of the host's tree
  * remains reachable (bubblewrap's second pivot_root(".", ".")). */
-static int psb_op_pivot(void)
+static int psb_op_pivot(struct psb_child *c)
 {
+    if (c->oldroot_fd >= 0) {
+        close(c->oldroot_fd);
+        c->oldroot_fd = -1;
+    }
     /* rprivate first, or the detach would propagate unmount events to the host. */
     if (mount("oldroot", "oldroot", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        return -1;
+    /* The sandbox's tree private too: SETUP_ROOT made / a slave, so a mount the host
+     * makes later under a bound subtree would propagate in (read-write, devices
+     * usable, whatever the bind's flags). Private: nothing propagates in or out. */
+    if (mount(NULL, "/newroot", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return -1;
     if (umount2("oldroot", MNT_DETACH) != 0)
         return -1;
@@ -753,14 +1168,18 @@ static void psb_exec_init(struct psb_child *c, int i)
 }
 
 /* Runs in the child with CAP_SYS_ADMIN in its user namespace: the recursive bind of
- * op a on op b. m >= 0: a is the magic link of descriptor m, whose mount belongs to
- * the caller's mount namespace and cannot be bound itself: as bwrap --bind-fd, bind
- * the path it resolves to (under /oldroot), then check it is the descriptor's
- * inode (EXDEV otherwise: something was swapped in between). */
-static int psb_bind_in(const struct psb_op *op, const char *strtab)
+ * op a on op b, by descriptor. The source is resolved beneath the host root without
+ * following any symlink: its path is the one the Policy canonicalised, so a symlink
+ * there now was planted since (ELOOP, reported as symlink_in_path); nothing is
+ * bound. m >= 0: a is the magic link of descriptor m, whose mount belongs to the
+ * caller's mount namespace and cannot be cloned itself: as bwrap --bind-fd, bind
+ * the path it names (under /oldroot), checked to be the descriptor's inode before
+ * the bind (EXDEV otherwise: something was swapped in between). */
+static int psb_op_bind(struct psb_child *c, const struct psb_op *op)
 {
-    const char *src = op->a < 0 ? NULL : strtab + op->a;
-    const char *dst = strtab + op->b;
+    const char *src = S(c, op->a);
+    const char *dst = P(c, op->b);
+    int optional = (op->flags & PSB_F_OPTIONAL) != 0;
     char buf[PATH_MAX];
     if (op->m >= 0) {
         memcpy(buf, "/oldroot", 8);
@@ -774,18 +1193,111 @@ static int psb_bind_in(const struct psb_op *op, const char *strtab)
         buf[8 + n] = '\0';
         src = buf;
     }
-    if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
-        return -1;
+    int sfd = psb_open_in(c, src, O_PATH, 0, 1);
+    if (sfd < 0)
+        return errno == ENOENT && optional ? 0 : -1;   /* bwrap --bind-try; proc entries a kernel lacks */
     if (op->m >= 0) {
         struct stat want, got;
-        if (fstat((int)op->m, &want) != 0 || stat(dst, &got) != 0)
+        if (fstat((int)op->m, &want) != 0 || fstat(sfd, &got) != 0) {
+            close(sfd);
             return -1;
+        }
         if (want.st_dev != got.st_dev || want.st_ino != got.st_ino) {
+            close(sfd);
             errno = EXDEV;
             return -1;
         }
     }
-    return 0;
+    int dfd = psb_open_in(c, dst, O_PATH, 0, 0);
+    if (dfd < 0) {
+        int saved = errno;
+        close(sfd);
+        errno = saved;
+        return errno == ENOENT && optional ? 0 : -1;
+    }
+    int r = psb_bind_fd(c, sfd, dfd, dst, op->flags & PSB_F_RO, op->flags & PSB_F_DEV, 1, S(c, op->c));
+    int saved = errno;
+    close(sfd);
+    close(dfd);
+    errno = saved;
+    return r;
+}
+
+/* Runs in the child with CAP_SYS_ADMIN in its user namespace: a new filesystem
+ * (tmpfs, proc, devpts, mqueue, overlay) on the directory op b resolves to in the
+ * new root (mounted on our cwd, that directory). OPTIONAL (a hide): a destination
+ * that vanished from the host is skipped; any other failure to reach it fails. */
+static int psb_op_mount(struct psb_child *c, const struct psb_op *op)
+{
+    const char *dst = P(c, op->b);
+    int dfd = psb_open_in(c, dst, O_PATH | O_DIRECTORY, 0, 0);
+    if (dfd < 0)
+        return (op->flags & PSB_F_OPTIONAL) && psb_vanished(c, dst) ? 0 : -1;
+    int r = fchdir(dfd);
+    if (r == 0)
+        r = mount(S(c, op->a), ".", S(c, op->c), (unsigned long)op->n, S(c, op->d));
+    int saved = errno;
+    close(dfd);
+    if (chdir("/") != 0 && r == 0)
+        return -1;
+    errno = saved;
+    return r;
+}
+
+/* Runs in the child with CAP_SYS_ADMIN in its user namespace: restrict the mount on
+ * op b (resolved in the new root; its topmost mount). */
+static int psb_op_setattr(struct psb_child *c, const struct psb_op *op)
+{
+    const char *dst = P(c, op->b);
+    int dfd = psb_open_in(c, dst, O_PATH, 0, 0);
+    if (dfd < 0)
+        return (op->flags & PSB_F_OPTIONAL) && psb_vanished(c, dst) ? 0 : -1;
+    int r = psb_restrict_fd(c, dfd, op->flags & PSB_F_RO, op->flags & PSB_F_DEV, 0, NULL);
+    int saved = errno;
+    close(dfd);
+    errno = saved;
+    return r;
+}
+
+/* Runs in the child with CAP_SYS_ADMIN in its user namespace. */
+static int psb_op_chmod(struct psb_child *c, const struct psb_op *op)
+{
+    int fd = psb_open_in(c, P(c, op->b), O_PATH, 0, 0);
+    if (fd < 0)
+        return -1;
+    char path[64];
+    int r = chmod(psb_fd_path(path, fd), (mode_t)op->mode);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return r;
+}
+
+/* Runs in the command's process, after the final pivot (our root is the sandbox's).
+ * NOFOLLOW (the policy's workdir, canonical when the Policy was built): no symlink
+ * in the path, so a symlink planted since cannot move the command elsewhere. */
+static int psb_op_chdir(const struct psb_op *op, const char *path)
+{
+    if (!(op->flags & PSB_F_NOFOLLOW))
+        return chdir(path);
+    int fd = psb_openat2(AT_FDCWD, path, O_PATH | O_DIRECTORY, 0,
+                         PSB_RESOLVE_NO_SYMLINKS | PSB_RESOLVE_NO_MAGICLINKS);
+    if (fd < 0 && errno == ENOSYS) {
+        int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (root < 0)
+            return -1;
+        fd = psb_walk_nofollow(root, path);
+        int saved = errno;
+        close(root);
+        errno = saved;
+    }
+    if (fd < 0)
+        return -1;
+    int r = fchdir(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return r;
 }
 
 static void psb_child_main(struct psb_child *c, int start)
@@ -835,11 +1347,11 @@ static void psb_child_main(struct psb_child *c, int start)
         case PSB_OP_MKDIRS:
             /* As bwrap's ensure_dir: an existing directory is neither changed nor
              * chmod'ed (umask is 0, so a new one has exactly mode). m: the parents' mode. */
-            r = psb_mkdirs(P(c, op->b), op->mode >= 0 ? (mode_t)op->mode : 0755,
-                           op->m >= 0 ? (mode_t)op->m : 0755);
+            r = psb_mkdirs_in(c, P(c, op->b), op->mode >= 0 ? (mode_t)op->mode : 0755,
+                              op->m >= 0 ? (mode_t)op->m : 0755);
             break;
         case PSB_OP_MKFILE:
-            r = psb_mkfile(P(c, op->b), op->m >= 0 ? (mode_t)op->m : 0755);
+            r = psb_mkfile_in(c, P(c, op->b), op->m >= 0 ? (mode_t)op->m : 0755);
             break;
         case PSB_OP_BIND:
             if ((op->flags & PSB_F_IF_WRITABLE) && access(P(c, op->a), W_OK) != 0) {
@@ -849,35 +1361,25 @@ static void psb_child_main(struct psb_child *c, int start)
                 r = -1;
                 break;
             }
-            r = psb_bind_in(op, plan->strtab);
-            if (r != 0 && errno == ENOENT && (op->flags & PSB_F_OPTIONAL)) {
-                r = 0;  /* as bwrap --bind-try, and proc entries a kernel lacks */
-                break;
-            }
-            if (r == 0)
-                r = psb_restrict(c, S(c, op->b), op->flags & PSB_F_RO, op->flags & PSB_F_DEV, 1, S(c, op->c));
+            r = psb_op_bind(c, op);
             break;
         case PSB_OP_MOUNT:
-            r = mount(S(c, op->a), S(c, op->b), S(c, op->c), (unsigned long)op->n, S(c, op->d));
-            if (r != 0 && errno == ENOENT && (op->flags & PSB_F_OPTIONAL))
-                r = 0;
+            r = psb_op_mount(c, op);
             break;
         case PSB_OP_SETATTR:
-            r = psb_restrict(c, S(c, op->b), op->flags & PSB_F_RO, op->flags & PSB_F_DEV, 0, NULL);
-            if (r != 0 && errno == ENOENT && (op->flags & PSB_F_OPTIONAL))
-                r = 0;
+            r = psb_op_setattr(c, op);
             break;
         case PSB_OP_SYMLINK:
-            r = psb_op_symlink(P(c, op->a), P(c, op->b));
+            r = psb_op_symlink(c, P(c, op->a), P(c, op->b));
             break;
         case PSB_OP_WRITE:
             r = psb_op_write(c, op);
             break;
         case PSB_OP_CHMOD:
-            r = chmod(P(c, op->b), (mode_t)op->mode);
+            r = psb_op_chmod(c, op);
             break;
         case PSB_OP_PIVOT:
-            r = psb_op_pivot();
+            r = psb_op_pivot(c);
             break;
         case PSB_OP_LOOPBACK:
             r = psb_loopback_up();
@@ -904,6 +1406,22 @@ static void psb_child_main(struct psb_child *c, int start)
              * init. The command shares it until it execs (CLONE_VM|CLONE_VFORK, on a
              * static stack of this private copy): no second page-table copy. */
             static char stack[64 * 1024] __attribute__((aligned(16)));
+            /* Undumpable BEFORE the command exists: after its exec and before
+             * psb_init's own prctl it could otherwise ptrace us (same uid) and read
+             * the caller's memory and descriptors. Dumpable is per mm: the command
+             * shares ours until its exec, whose new mm is dumpable again. */
+            if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+                r = -1;
+                break;
+            }
+            if (c->proc_self_fd >= 0) {
+                close(c->proc_self_fd);
+                c->proc_self_fd = -1;
+            }
+            if (c->userns_sysctl_fd >= 0) {
+                close(c->userns_sysctl_fd);
+                c->userns_sysctl_fd = -EBADF;
+            }
             struct psb_child cmdc = *c;
             cmdc.start = i + 1;
             pid_t cmd = clone(psb_command_entry, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &cmdc);
@@ -926,7 +1444,7 @@ static void psb_child_main(struct psb_child *c, int start)
             r = setsid() < 0 ? -1 : 0;
             break;
         case PSB_OP_CHDIR:
-            r = chdir(P(c, op->a));
+            r = psb_op_chdir(op, P(c, op->a));
             break;
         case PSB_OP_WAIT_FD:
             r = psb_op_wait_fd(c, op, i);
@@ -959,6 +1477,11 @@ static void psb_child_main(struct psb_child *c, int start)
                 psb_wait_release(c, i + 1);
             break;
         }
+        case PSB_OP_CHECK_PATH: {
+            int fd = psb_open_in(c, P(c, op->a), O_PATH, 0, 1);
+            r = fd < 0 ? -1 : close(fd);
+            break;
+        }
         default:
             errno = EINVAL;
             r = -1;
@@ -970,6 +1493,8 @@ static void psb_child_main(struct psb_child *c, int start)
         close(c->proc_self_fd);
     if (c->userns_sysctl_fd >= 0)
         close(c->userns_sysctl_fd);
+    if (c->oldroot_fd >= 0)
+        close(c->oldroot_fd);
     psb_exec(c);
 }
 
@@ -1153,6 +1678,7 @@ static int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *l
     c.parent_fds[2] = status[0];
     c.go_fd = c.go_wr = -1;
     c.last_hop = last_hop;
+    c.oldroot_fd = -1;
 
     /* Exec-init mode: the setup process shares our memory (no page-table copy) on a
      * stack of its own, and the command gets another. Both are done with our memory

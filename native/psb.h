@@ -52,6 +52,8 @@ enum psb_op_kind {
                                  clone; the new one reports itself (PSB_STAGE_HOP_PID) with its
                                  credentials, which the kernel translates into the launcher's
                                  pid namespace (the error channel is then a socket pair) */
+    PSB_OP_CHECK_PATH,        /* a=host path under /oldroot: it must resolve without any symlink
+                                 (an overlay layer, checked before the kernel resolves it) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */
@@ -73,12 +75,14 @@ enum psb_stage {
 #define PSB_F_BIND      0x08  /* WRITE: create on the setup tmpfs then bind on dst */
 #define PSB_F_MODE      0x10  /* WRITE/MKDIRS: apply mode with chmod */
 #define PSB_F_USERNS_FDS 0x20 /* SETUP_ROOT: keep /proc/self and the userns sysctl open */
-#define PSB_F_IF_WRITABLE 0x40 /* BIND: only if access(src, W_OK) succeeds (EACCES/ENOENT/EROFS: skip) */
+#define PSB_F_IF_WRITABLE 0x40 /* BIND: only if access(src, W_OK) succeeds (EACCES/ENOENT/EROFS: skip);
+                                  no longer emitted: every /proc cover is unconditional */
 #define PSB_F_CURRENT_IDS 0x80 /* DISABLE_USERNS: map the current euid/egid onto themselves
                                   (the caller wrote the outer maps: --userns-block-fd) */
 #define PSB_F_LIFELINE  0x100 /* WAIT_FD: the launcher's death ends the wait (parent_died) */
 #define PSB_F_NO_AMBIENT 0x200 /* CAPS: kept capabilities stay out of the ambient set (after
                                   --userns2 the uid may be unmapped: exec decides, as bwrap) */
+#define PSB_F_NOFOLLOW  0x400 /* CHDIR: no symlink in the path (the policy's canonical workdir) */
 
 /* Probe kinds for psb_probe. */
 #define PSB_PROBE_CLONE     0

@@ -37,6 +37,7 @@ class Reason(str, enum.Enum):
     # launch
     SETUP_FAILED = "setup_failed"
     PARENT_DIED = "parent_died"
+    SYMLINK_IN_PATH = "symlink_in_path"
     # policy (user input)
     INVALID_PATH = "invalid_path"
     WORKDIR_TOO_BROAD = "workdir_too_broad"

@@ -219,6 +219,18 @@ MOUNT_OPS = (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMq
 # Hidden nodes: empty and inaccessible, read-only.
 HIDE_MODE = 0o000
 
+# The host-global entries of a procfs (not per process, not per namespace), covered
+# read-only after every /proc mount, whatever the caller's uid, on every backend.
+# Sysctl and procfs permission checks look at the uid (kuid 0 may write /proc/sys
+# although its directory is 0555), so bwrap's "cover where access(W_OK) succeeds"
+# leaves them writable to a root caller. From an audit of a 6.18 kernel (every
+# top-level entry that open(O_WRONLY) accepts for a root caller: sys, pressure) and
+# Docker/runc's masked and read-only paths for what other kernels and drivers add.
+# Entries this kernel lacks are skipped (ENOENT).
+PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "driver", "acpi", "scsi", "asound",
+                 "mtrr", "tty", "sysvipc", "pressure", "dynamic_debug", "latency_stats",
+                 "timer_list", "timer_stats", "sched_debug")
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -68,6 +68,15 @@ def check_path(path, what: str = "path") -> str:
     return "/" + "/".join(parts)
 
 
+def canonical(path: str) -> str:
+    """``path`` (absolute, checked) with every symlink in it resolved as the host has it
+    now (os.path.realpath; a missing tail is kept as given). Host paths of a policy are
+    kept in this form: the native backend resolves them at launch without following
+    any symlink, so a symlink swapped in later makes the launch fail closed
+    (``symlink_in_path``) instead of binding what it points to."""
+    return os.path.realpath(path)
+
+
 def check_mode(mode, what: str = "mode") -> int | None:
     if mode is None:
         return None
@@ -148,7 +157,9 @@ def _hashable(item, what: str) -> bool:
 class Bind:
     """Bind the host path ``src`` on ``dest``. ``readonly`` applies to every submount;
     ``dev`` keeps device nodes usable; ``optional`` skips a missing source (bwrap -try).
-    ``src_fd`` binds an open descriptor instead of a path (bwrap --bind-fd)."""
+    ``src_fd`` binds an open descriptor instead of a path (bwrap --bind-fd).
+    ``src`` is kept canonical (:func:`canonical`): a symlink named here is resolved
+    now, and the launch binds that path without following any symlink in it."""
 
     src: str | None
     dest: str
@@ -165,7 +176,9 @@ class Bind:
                                   Reason.CONFLICTING_OPTIONS, self.src)
             _set(self, "src_fd", check_fd(self.src_fd, "bind source descriptor"))
         else:
-            _set(self, "src", check_path(self.src, "bind source"))
+            # What a symlink the caller named points to NOW: the launch then binds this
+            # path without following any symlink (one planted later fails closed).
+            _set(self, "src", canonical(check_path(self.src, "bind source")))
         for flag in ("readonly", "dev", "optional"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"bind {flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
@@ -300,7 +313,9 @@ class Chmod:
 @dataclass(frozen=True)
 class Hide:
     """Cover ``path`` with an empty, read-only, inaccessible node (never created on the host).
-    A path that does not exist is already hidden and is skipped."""
+    A path that does not exist is already hidden and is skipped; on the native backend,
+    one that existed when the plan was made and cannot be reached at launch for any
+    reason but having vanished (its last component missing) fails the launch."""
 
     path: str
 
@@ -331,7 +346,7 @@ class Overlay:
         if isinstance(self.lower, (str, bytes, os.PathLike)):
             raise PolicyError("overlay lower must be a collection of paths, not one path",
                               Reason.INVALID_VALUE, self.lower)
-        lower = tuple(check_path(p, "overlay lower dir") for p in _items(self.lower, "overlay lower"))
+        lower = tuple(canonical(check_path(p, "overlay lower dir")) for p in _items(self.lower, "overlay lower"))
         _set(self, "lower", lower)
         if not isinstance(self.tmp, bool):
             raise PolicyError("overlay tmp must be a bool", Reason.INVALID_VALUE, self.tmp)
@@ -342,8 +357,8 @@ class Overlay:
             if self.tmp:
                 raise PolicyError("a tmp overlay writes to a tmpfs: it takes no upper or work directory",
                                   Reason.CONFLICTING_OPTIONS, self.upper)
-            _set(self, "upper", check_path(self.upper, "overlay upper dir"))
-            _set(self, "work", check_path(self.work, "overlay work dir"))
+            _set(self, "upper", canonical(check_path(self.upper, "overlay upper dir")))
+            _set(self, "work", canonical(check_path(self.work, "overlay work dir")))
         least = 2 if self.upper is None and not self.tmp else 1
         if len(lower) < least:
             what = "a read-only overlay needs at least two lower directories" if least == 2 else \
@@ -604,7 +619,9 @@ class Policy:
                 hide: Iterable = (), tmpfs: Iterable = (), **overrides) -> "Policy":
         """The default policy of DESIGN.md.
 
-        ``/`` read-only, ``workdir`` (if given; never ``/`` itself) read-write and the initial directory,
+        ``/`` read-only, ``workdir`` (if given; never ``/`` itself) read-write and the initial directory
+        (``workdir``, ``ro`` and ``rw`` paths are taken as the host resolves their
+        symlinks when the policy is built, and bound at that canonical path),
         fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
         uts and (network deny) net namespaces; die with parent; new session. Extra
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs``
@@ -617,13 +634,17 @@ class Policy:
                 ``workdir_too_broad`` for the workdir ``/``.
         """
         items = []  # (depth, rank, op): parents before children, then by kind
+        # A path given as a symlink is bound where it points now, at that (canonical)
+        # path: the symlink, seen through the read-only /, leads there in the sandbox.
         for path in _paths(ro, "ro"):
+            path = canonical(path)
             items.append((path, 0, Bind(path, path, readonly=True)))
         for path in _paths(rw, "rw"):
+            path = canonical(path)
             items.append((path, 0, Bind(path, path)))
         if workdir is not None:
-            wd = check_path(_absolute(workdir), "workdir")
-            if wd == "/":
+            wd = canonical(check_path(_absolute(workdir), "workdir"))
+            if wd == "/":   # also a symlink to /: checked where it points
                 raise PolicyError("workdir '/' would bind the whole host filesystem read-write: name a "
                                   "project directory (or none)", Reason.WORKDIR_TOO_BROAD, wd)
             items.append((wd, 0, Bind(wd, wd)))

@@ -20,7 +20,7 @@ __all__ = ["Status", "status"]
 
 _cache: dict = {}
 _lock = threading.Lock()
-_ENV_KEYS = ("PATH", "PYSANDBOX_BWRAP", "PYSANDBOX_ALLOW_SETUID_BWRAP")
+_ENV_KEYS = ("PATH", "PYSANDBOX_BWRAP", "PYSANDBOX_ALLOW_SETUID_BWRAP", "PYSANDBOX_NATIVE_NO_EXEC_INIT")
 
 
 @dataclass

@@ -54,17 +54,18 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 # compiled module on load (see _load), so a drift is an import-time error, not a bug.
 OP_KINDS = ("IDMAP", "PDEATHSIG", "SETUP_ROOT", "MKDIRS", "MKFILE", "BIND", "MOUNT", "SETATTR",
             "SYMLINK", "WRITE", "CHMOD", "PIVOT", "LOOPBACK", "HOSTNAME", "DISABLE_USERNS", "CAPS",
-            "NNP", "INIT", "SECCOMP", "SETSID", "CHDIR", "WAIT_FD", "SETNS", "UNSHARE", "HOP")
+            "NNP", "INIT", "SECCOMP", "SETSID", "CHDIR", "WAIT_FD", "SETNS", "UNSHARE", "HOP",
+            "CHECK_PATH")
 OP = {name: i + 1 for i, name in enumerate(OP_KINDS)}
 STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE = 1, 2, 3, 4, 5, 6   # (7, 8: hops, never failures)
 F_RO, F_DEV, F_OPTIONAL, F_BIND, F_MODE, F_USERNS_FDS, F_IF_WRITABLE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40
-F_CURRENT_IDS, F_LIFELINE, F_NO_AMBIENT = 0x80, 0x100, 0x200
+F_CURRENT_IDS, F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW = 0x80, 0x100, 0x200, 0x400
 PROBE_CLONE, PROBE_PROC, PROBE_LOOPBACK, PROBE_IDMAP = 0, 1, 2, 3
 
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
              ("stderr", "/proc/self/fd/2"), ("core", "/proc/kcore"))
-PROC_RO = ("sys", "sysrq-trigger", "irq", "bus")
+PROC_RO = P.PROC_READONLY
 OVERLAP = "Overlay directories may not overlap"   # bwrap's message for an overlay mount's ELOOP
 
 
@@ -302,6 +303,12 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
                 for layer in ("upper", "work"):
                     ops.append(COp("MKDIRS", b=f"/tmp-overlay-{layer}-{op.tmp_index}", mode=0o755, stage="overlay",
                                    plan_index=i, filename=op.dest))
+            # The kernel resolves the layers' paths itself (following symlinks): each is
+            # first checked to resolve without one, as a bind source is (canonical in
+            # the Policy). A swap racing this check and the mount is not caught.
+            for layer in op.lower + ((op.upper, op.work) if op.upper is not None else ()):
+                ops.append(COp("CHECK_PATH", a=_in("/oldroot", layer), stage="overlay", plan_index=i,
+                               filename=layer))
             # nosuid,nodev: stricter than bwrap (which passes no flags), as for our binds.
             ops.append(COp("MOUNT", a="overlay", b=_in("/newroot", op.dest), c="overlay", d=op.data,
                            n=MS_NOSUID | MS_NODEV, stage="overlay", plan_index=i, filename=op.dest))
@@ -310,10 +317,11 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
             dst = _in("/newroot", op.dest)
             ops.append(COp("MOUNT", a="proc", b=dst, c="proc", n=MS_NOSUID | MS_NODEV | MS_NOEXEC,
                            stage="proc", plan_index=i, reason=Reason.PROC_MOUNT_FAILED, filename=op.dest))
-            # As bwrap: each is covered read-only only where access(W_OK) succeeds in
-            # the setup process (same ids and capabilities as bwrap's there).
+            # Always read-only (a missing entry is skipped): bwrap's "only where
+            # access(W_OK) succeeds" never covers /proc/sys, whose 0555 directory
+            # hides files that kuid 0 may write (plan.PROC_READONLY).
             for sub in PROC_RO:
-                ops.append(COp("BIND", flags=F_RO | F_OPTIONAL | F_IF_WRITABLE, a=f"{dst}/{sub}", b=f"{dst}/{sub}",
+                ops.append(COp("BIND", flags=F_RO | F_OPTIONAL, a=f"{dst}/{sub}", b=f"{dst}/{sub}",
                                c=b"\0" if fallback else None, stage="proc", plan_index=i,
                                filename=f"{op.dest.rstrip('/')}/{sub}"))
         elif isinstance(op, P.MinimalDev):
@@ -397,7 +405,12 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
         elif isinstance(op, P.WaitFd):
             ops.append(COp("WAIT_FD", n=op.fd, stage="block_fd", plan_index=i, filename=f"descriptor {op.fd}"))
         elif isinstance(op, P.Chdir):
-            ops.append(COp("CHDIR", a=op.path, stage="chdir", plan_index=i, filename=op.path))
+            # The policy's own workdir (bound on its canonical host path): no symlink
+            # may be followed on the way (one planted since the Policy was built).
+            workdir = any(isinstance(b, P.BindMount) and b.src is not None and b.src == b.dest == op.path
+                          for b in plan.ops)
+            ops.append(COp("CHDIR", flags=F_NOFOLLOW if workdir else 0, a=op.path, stage="chdir", plan_index=i,
+                           filename=op.path))
         else:  # pragma: no cover - plan.compile only emits the ops above
             raise SetupError(f"the native backend has no op for {op!r}", Reason.SETUP_FAILED, stage="translate")
         if isinstance(op, P.MOUNT_OPS):
@@ -471,7 +484,8 @@ def _load():
                 if getattr(lib, f"PSB_OP_{name}") != OP[name]:
                     raise ImportError(f"PSB_OP_{name} differs between psb.h and native.py")
             if (lib.PSB_F_IF_WRITABLE, lib.PSB_F_USERNS_FDS, lib.PSB_F_CURRENT_IDS, lib.PSB_F_LIFELINE,
-                    lib.PSB_F_NO_AMBIENT) != (F_IF_WRITABLE, F_USERNS_FDS, F_CURRENT_IDS, F_LIFELINE, F_NO_AMBIENT):
+                    lib.PSB_F_NO_AMBIENT, lib.PSB_F_NOFOLLOW) != (F_IF_WRITABLE, F_USERNS_FDS, F_CURRENT_IDS,
+                                                                 F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW):
                 raise ImportError("PSB_F_* flags differ between psb.h and native.py")
             lib.psb_spawn  # noqa: B018 - the executor must be there
         except (ImportError, AttributeError) as exc:
@@ -585,6 +599,13 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
                              errno=err, filename=op.filename)
             exc.mount_options = op.d   # for pybwrap's message
             return exc
+        if err == E.ELOOP and op.kind in ("BIND", "CHDIR", "CHECK_PATH") or err == E.EXDEV and op.kind == "BIND":
+            # A host path of the policy resolved without following symlinks (canonical
+            # when the Policy was built): a symlink there now was swapped in since.
+            return SetupError(f"{op.stage}{where}: a symbolic link is in the path, or the path changed since the "
+                              f"policy was built ({os.strerror(err)}); nothing was bound (plan step {op.plan_index}, "
+                              f"native op {index} {op.kind})", Reason.SYMLINK_IN_PATH, stage=op.stage,
+                              op=op.plan_index, errno=err, filename=op.filename)
         message = (f"{op.stage}{where}: {os.strerror(err)}{hint} "
                    f"(plan step {op.plan_index}, native op {index} {op.kind})")
         if op.reason is Reason.SETUP_FAILED:
@@ -869,7 +890,14 @@ def probe_native(policy=None) -> BackendStatus:
     if policy.network.new_namespace:
         needed += ["net", "loopback"]
     missing = [caps[n] for n in needed if not caps[n].available]
-    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": init_fd() >= 0}
+    exec_init = init_fd() >= 0
+    # Which pid-1 init a launch of this policy runs: "exec" (the freestanding init
+    # from a sealed memfd), "fork" (an undumpable copy of the caller: the memfd init
+    # cannot be exec'd here, or PYSANDBOX_NATIVE_NO_EXEC_INIT=1), "none" (no pid
+    # namespace, or as_pid_1: the command is pid 1 itself).
+    init_needed = "pid" in policy.namespaces and not policy.as_pid_1
+    init_mode = "none" if not init_needed else ("exec" if exec_init else "fork")
+    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": exec_init, "init_mode": init_mode}
     if missing:
         first = missing[0]
         return BackendStatus("native", False, first.reason, f"{first.name}: {first.detail}",

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from pysandbox.plan import PROC_READONLY
 from tests.compat import harness
 from tests.compat.corpus import BWRAP_011_ONLY, CASES
 from tests.support import host_capability, need, not_applicable
@@ -26,6 +27,9 @@ ALL_OPTIONS = {
     "--info-fd", "--json-status-fd", "--new-session", "--die-with-parent", "--as-pid-1", "--cap-add",
     "--cap-drop", "--perms", "--size", "--chmod",
 }
+
+
+_PROC_COVER = re.compile(r"^mount /proc/(%s)#0\." % "|".join(re.escape(e) for e in PROC_READONLY))
 
 
 def tolerate(case, key: str, a, b) -> bool:
@@ -54,9 +58,8 @@ def tolerate(case, key: str, a, b) -> bool:
             b == a.replace("rw", "rw,mode=755", 1) and \
             any(o in case.args for o in ("--bind-data", "--ro-bind-data")):
         return True   # D4: a --bind-data file lives on native's setup tmpfs (mode=755)
-    if re.match(r"^mount /proc/(sys|irq|bus|sysrq-trigger)#0\.", key) and a == "<absent>" and (
-            "--unshare-pid" in case.args or "--unshare-all" in case.args):
-        return True   # D5: native's new procfs always re-binds these read-only (bwrap: where writable)
+    if _PROC_COVER.match(key) and a == "<absent>" and "--proc" in case.args:
+        return True   # D5: pybwrap always re-binds plan.PROC_READONLY read-only (bwrap: where writable)
     nonroot_dev = os.geteuid() != 0 and "--dev" in case.args
     if nonroot_dev and key in ("uid_map", "gid_map") and isinstance(a, str) and isinstance(b, str) and \
             a.split()[::2] == b.split()[::2]:

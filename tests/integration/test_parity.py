@@ -128,20 +128,27 @@ def _bwrap_itself(args, script):
 
 @pytest.mark.parametrize("dev", [True, False])
 @pytest.mark.parametrize("uid", [None, 1234])
-def test_proc_covering_as_bwrap(backend, dev, uid):
+def test_proc_covering_always(backend, dev, uid, request):
+    """Stricter than bwrap (issue 12 item 1): every host-global entry of plan.PROC_READONLY
+    that this kernel has is covered read-only, whatever the ids; bwrap itself covers
+    only where access(W_OK) succeeds in its setup (never /proc/sys for a root caller)."""
+    from pysandbox.plan import PROC_READONLY
+    if backend == "bwrap":
+        request.applymarker(pytest.mark.xfail(strict=False, reason="bwrap side in branch bwrap-life"))
     fs = (PP.Bind("/", "/", readonly=True),) + ((PP.Dev("/dev"),) if dev else ()) + (PP.Proc("/proc"),)
     pol = PP.Policy(fs=fs, uid=uid)
     got = run(backend, PROC_MOUNTS, pol)
+    covered = {line.split()[0] for line in got.splitlines()}
+    assert covered == {f"/proc/{e}" for e in PROC_READONLY if os.path.lexists(f"/proc/{e}")}, (backend, got)
+    assert all(line.split()[1].startswith("ro,") for line in got.splitlines()), got
     ref = _bwrap_itself(["--ro-bind", "/", "/", *(["--dev", "/dev"] if dev else []), "--proc", "/proc",
                          *(["--uid", str(uid)] if uid is not None else [])], PROC_MOUNTS)
-    assert got == ref, (backend, got, ref)
-    covered = {line.split()[0] for line in got.splitlines()}
-    if os.geteuid() == 0 and dev and os.path.isdir("/proc/irq"):
-        # live control: root of the new namespace is the host's root here, so
-        # /proc/irq is writable in setup and must be covered read-only
-        assert "/proc/irq" in covered and all(line.split()[1].startswith("ro,") for line in got.splitlines())
-    if os.geteuid() != 0:
-        assert not covered   # nothing of proc's is writable for an unmapped owner
+    bwrap_covered = {line.split()[0] for line in ref.splitlines()}
+    assert bwrap_covered <= covered, (bwrap_covered, covered)
+    if os.geteuid() == 0 and dev:
+        # Why: bwrap's own rule leaves /proc/sys writable to a root caller (its 0555
+        # directory fails access(W_OK) while kuid 0 may write the files below it).
+        assert "/proc/sys" not in bwrap_covered, ref
 
 
 # ---------------------------------------------------------------- default modes (umask 0 in setup)

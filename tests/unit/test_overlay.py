@@ -191,14 +191,14 @@ def test_native_read_only_overlay(layers):
 def test_native_tmp_overlay_makes_its_dirs_on_the_setup_tmpfs(layers):
     plan = _compile(Overlay("/t0", (layers["l1"],), tmp=True), Overlay("/t1", (layers["l2"],), tmp=True))
     ops = _mounts(plan)
-    assert [(op.kind, op.b) for op in ops] == [
+    assert [(op.kind, op.b if op.kind != "CHECK_PATH" else op.a) for op in ops] == [
         ("MKDIRS", "/newroot/t0"), ("MKDIRS", "/tmp-overlay-upper-0"), ("MKDIRS", "/tmp-overlay-work-0"),
-        ("MOUNT", "/newroot/t0"),
+        ("CHECK_PATH", f"/oldroot{layers['l1']}"), ("MOUNT", "/newroot/t0"),
         ("MKDIRS", "/newroot/t1"), ("MKDIRS", "/tmp-overlay-upper-1"), ("MKDIRS", "/tmp-overlay-work-1"),
-        ("MOUNT", "/newroot/t1")]
-    assert ops[3].d == f"upperdir=/tmp-overlay-upper-0,workdir=/tmp-overlay-work-0,lowerdir=/oldroot{layers['l1']}," \
+        ("CHECK_PATH", f"/oldroot{layers['l2']}"), ("MOUNT", "/newroot/t1")]
+    assert ops[4].d == f"upperdir=/tmp-overlay-upper-0,workdir=/tmp-overlay-work-0,lowerdir=/oldroot{layers['l1']}," \
                        "userxattr"
-    assert all(op.mode == 0o755 for op in ops if op.b.startswith("/tmp-overlay-"))
+    assert all(op.mode == 0o755 for op in ops if op.b and op.b.startswith("/tmp-overlay-"))
 
 
 def test_native_overlay_parents_are_made_as_bwrap_makes_them(layers):

@@ -1,0 +1,148 @@
+"""procfs/sysfs boundary: no host-global kernel knob is writable from a sandbox, whatever
+the caller's uid (issue 12 item 1).
+
+Sysctl and procfs permission checks look at the uid: a root caller's command (kuid 0,
+capabilities in its own user namespace only) may write /proc/sys/kernel/core_pattern
+although /proc/sys is 0555, so a "cover where access(W_OK) succeeds" rule never covers
+it. Every test here is safe for the host: a knob is only ever written with its current
+value, /proc/sysrq-trigger is never written at all, and the audit opens for writing
+and closes at once without writing.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import pysandbox
+from pysandbox.plan import PROC_READONLY
+from tests.security import oracles
+from tests.support import host_capability, need
+
+pytestmark = pytest.mark.requires("userns")
+
+BWRAP_LATER = pytest.mark.xfail(strict=False, reason="bwrap side in branch bwrap-life")
+
+
+@pytest.fixture(params=["native", pytest.param("bwrap", marks=BWRAP_LATER)])
+def any_backend(request):
+    why = host_capability(request.param)
+    if why is not None:
+        need(request.param, why)
+    return request.param
+
+
+KNOBS_SCRIPT = oracles.PRELUDE + r'''
+def write_back(path):
+    # Open for writing; only if that succeeds, write the CURRENT value back (a no-op for
+    # the kernel) so the result is a real write, never a new value.
+    with open(path, "rb") as f:
+        current = f.read()
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, current)
+    finally:
+        os.close(fd)
+    return "written back"
+def open_only(path):
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    os.close(fd)   # never a byte written
+    return "opened"
+step("open"); attempt("core_pattern", lambda: write_back("/proc/sys/kernel/core_pattern"))
+step("open"); attempt("drop_caches", lambda: open_only("/proc/sys/vm/drop_caches"))
+step("open"); attempt("sysrq_trigger", lambda: open_only("/proc/sysrq-trigger"))
+step("open"); attempt("pressure", lambda: open_only("/proc/pressure/cpu") if os.path.exists("/proc/pressure/cpu") else (_ for _ in ()).throw(OSError(errno.ENOENT, "absent")))
+step("open"); attempt("control_comm", lambda: write_back("/proc/self/comm"))
+step("open"); attempt("control_tmp", lambda: open_only("/tmp/x") if open("/tmp/x", "w") else None)
+RESULTS["mounts"] = [l.split()[4] for l in open("/proc/self/mountinfo") if l.split()[4].startswith("/proc/")]
+done()
+'''
+
+
+@pytest.mark.parametrize("uid", [None, 0])
+def test_host_knobs_read_only(any_backend, uid):
+    """core_pattern (written back with its own value), drop_caches, sysrq-trigger and PSI
+    triggers cannot be opened for writing; /proc/self/comm (per process) and /tmp can."""
+    if os.geteuid() == 0:
+        # Live control outside: the host lets this caller write the knob (opened only).
+        fd = os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)
+        os.close(fd)
+    policy = pysandbox.Policy.default(uid=uid, gid=uid)
+    res = oracles.run_probe(KNOBS_SCRIPT, policy, any_backend)
+    assert res["control_comm"]["ok"], res["control_comm"]
+    assert res["control_tmp"]["ok"], res["control_tmp"]
+    absent = () if os.path.exists("/proc/sysrq-trigger") else ("ENOENT",)   # CONFIG_MAGIC_SYSRQ=n
+    for name in ("core_pattern", "drop_caches", "sysrq_trigger"):
+        assert res[name]["ok"] is False, (name, res[name], res["_stderr"])
+        allowed = ("EROFS", "EACCES", "EPERM") + (absent if name == "sysrq_trigger" else ())
+        assert res[name]["errname"] in allowed, (name, res[name])
+    if res["pressure"].get("errname") != "ENOENT":
+        assert res["pressure"]["ok"] is False, res["pressure"]
+    assert "/proc/sys" in res["mounts"], res["mounts"]
+
+
+def test_every_proc_cover_is_in_plan():
+    """The native translation covers exactly plan.PROC_READONLY, unconditionally."""
+    from pysandbox.backends import native as N
+    from pysandbox.process import compiled
+    ops = N.translate(compiled(pysandbox.Policy.default()), dev_nodes=())
+    covers = [op for op in ops if op.kind == "BIND" and op.a == op.b and op.a.startswith("/newroot/proc/")]
+    assert [op.a for op in covers] == [f"/newroot/proc/{s}" for s in PROC_READONLY]
+    assert all(op.flags & N.F_RO and op.flags & N.F_OPTIONAL and not op.flags & N.F_IF_WRITABLE for op in covers)
+    assert "sys" in PROC_READONLY and "sysrq-trigger" in PROC_READONLY
+
+
+AUDIT_SCRIPT = oracles.PRELUDE + r'''
+import stat
+LIMIT = {"/proc": 60000, "/sys": 60000}
+found, counts = [], {}
+def walk(top, root, depth):
+    try:
+        names = os.listdir(top)
+    except OSError:
+        return
+    for name in names:
+        if counts[root] >= LIMIT[root]:
+            return
+        if top == "/proc" and (name.isdigit() or name in ("self", "thread-self")):
+            continue   # per process: the sandbox's own, writable where the kernel allows
+        path = top + "/" + name
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        counts[root] += 1
+        if stat.S_ISDIR(st.st_mode):
+            if depth > 0:
+                walk(path, root, depth - 1)
+        elif stat.S_ISREG(st.st_mode):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            except OSError:
+                continue
+            os.close(fd)   # never a byte written
+            found.append(path)
+for root in ("/proc", "/sys"):
+    counts[root] = 0
+    walk(root, root, 7)
+RESULTS["writable"] = found
+RESULTS["counts"] = counts
+step("open"); attempt("control", lambda: os.close(os.open("/proc/self/comm", os.O_WRONLY)))
+RESULTS["euid"] = os.geteuid()
+done()
+'''
+
+
+@pytest.mark.parametrize("uid", [0, None])
+def test_audit_no_writable_host_global_file(any_backend, uid):
+    """Walk /proc (all but the per-process entries) and /sys inside a sandbox whose
+    command is uid 0 (a root caller: kuid 0) and as the caller: nothing opens for
+    writing. Live control: /proc/self/comm does."""
+    policy = pysandbox.Policy.default(uid=uid, gid=uid)
+    res = oracles.run_probe(AUDIT_SCRIPT, policy, any_backend)
+    assert res["control"]["ok"], res["control"]
+    assert res["counts"]["/proc"] > 100 and res["counts"]["/sys"] > 100, res["counts"]
+    if uid == 0:
+        assert res["euid"] == 0
+    assert res["writable"] == [], res["writable"][:50]
