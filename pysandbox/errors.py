@@ -34,9 +34,11 @@ class Reason(str, enum.Enum):
     BWRAP_OPTION_UNSUPPORTED = "bwrap_option_unsupported"
     BWRAP_IN_WRITABLE_PATH = "bwrap_in_writable_path"
     NETWORK_MODE_UNSUPPORTED = "network_mode_unsupported"
+    BWRAP_INIT_UNAVAILABLE = "bwrap_init_unavailable"
     # launch
     SETUP_FAILED = "setup_failed"
     PARENT_DIED = "parent_died"
+    BIND_SOURCE_CHANGED = "bind_source_changed"
     # policy (user input)
     INVALID_PATH = "invalid_path"
     BIND_SOURCE_MISSING = "bind_source_missing"
@@ -158,6 +160,7 @@ _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.BWRAP_PROBE_FAILED: BwrapProbeFailed,
     Reason.BWRAP_IN_WRITABLE_PATH: BackendUnavailable,
     Reason.NATIVE_MODULE_MISSING: NativeModuleMissing,
+    Reason.BWRAP_INIT_UNAVAILABLE: BackendUnavailable,
 }
 
 

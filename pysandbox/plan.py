@@ -216,6 +216,13 @@ class Chdir:
 MOUNT_OPS = (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue, MakeDir, MakeSymlink,
              WriteFile, RemountReadonly, ChangeMode)
 
+# Host-global procfs entries, relative to a proc mount: read-only in every sandbox, for
+# every caller (a root caller's uid passes the sysctl permission checks: e.g. a
+# writable kernel/core_pattern is code execution as host root). sys, sysrq-trigger,
+# irq and bus as bubblewrap covers them (only where writable: it never covers sys);
+# fs, mtrr, pressure, acpi and scsi found writable by uid 0 by an audit of /proc.
+PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "mtrr", "pressure", "acpi", "scsi")
+
 # Hidden nodes: empty and inaccessible, read-only.
 HIDE_MODE = 0o000
 

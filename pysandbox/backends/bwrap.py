@@ -58,6 +58,17 @@ def _octal(mode: int) -> str:
     return format(mode, "04o")
 
 
+def uses_init(plan: P.Plan) -> bool:
+    """Whether ``plan`` runs under our own init (a pid namespace, not ``as_pid_1``)."""
+    return "pid" in plan.namespaces and not plan.policy.as_pid_1
+
+
+# What our init needs for its setup (a mount namespace of its own, the tree made private,
+# procfs entries remounted read-only, the bounding set cleared); it drops them before the
+# command is forked.
+INIT_CAPS = ("sys_admin", "setpcap")
+
+
 def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) -> list[tuple]:
     """The bwrap options for ``plan``, as a list of ``(option, *values)`` tuples.
 
@@ -65,6 +76,12 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     descriptor bwrap reads them from. ``network=False`` leaves out ``--unshare-net``
     (the filesystem half of a probe). ``probe=True`` replaces the caller's data
     descriptors (``File(fd=...)``) with empty data, so a probe consumes nothing.
+
+    With our init (:func:`uses_init`): ``--as-pid-1`` and ``--cap-add`` of
+    :data:`INIT_CAPS` (the init drops them), no ``--add-seccomp-fd`` and no ``--argv0``
+    (:func:`init_command` hands those to the init). Without it, every entry of
+    ``plan.PROC_READONLY`` the host's /proc has is bound read-only over each ``--proc``
+    (sources are host paths; sysctl files show the opener's namespaces).
 
     Raises:
         PolicyError: an op this renderer does not know (a bug, not user input).
@@ -80,9 +97,10 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     out.append(("--gid", str(idmap.gid)))
     # Always, whatever policy.die_with_parent says: invariant 4 of DESIGN.md.
     out.append(("--die-with-parent",))
-    if policy.as_pid_1:
+    init = uses_init(plan)
+    if policy.as_pid_1 or init:
         out.append(("--as-pid-1",))
-    if policy.argv0 is not None:
+    if policy.argv0 is not None and not init:
         out.append(("--argv0", policy.argv0))
     done: list = []
     for op in plan.ops:
@@ -92,10 +110,11 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
             out.append(("--disable-userns",))
         elif isinstance(op, P.DropCapabilities):
             out.append(("--cap-drop", "ALL"))
-            for cap in sorted(op.keep):
+            for cap in sorted(set(op.keep) | (set(INIT_CAPS) if init else set())):
                 out.append(("--cap-add", "CAP_" + cap.upper()))
         elif isinstance(op, P.Seccomp):
-            out.append(("--add-seccomp-fd", str(data_fd(op.program))))
+            if not init:
+                out.append(("--add-seccomp-fd", str(data_fd(op.program))))
         elif isinstance(op, P.NewSession):
             out.append(("--new-session",))
         elif isinstance(op, P.Chdir):
@@ -103,12 +122,170 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
         elif isinstance(op, P.MOUNT_OPS):
             if not _vanished_hide(op, done):
                 out.extend(_render_mount(op, data_fd, probe))
+                if isinstance(op, P.MountProc) and not init:
+                    out.extend(("--ro-bind", "/proc/" + name, _join(op.dest, name))
+                               for name in P.PROC_READONLY if os.path.lexists("/proc/" + name))
             done.append(op)
         elif isinstance(op, (P.Unshare, P.IdMap, P.PdeathSig, P.PivotRoot, P.LoopbackUp, P.NoNewPrivs)):
             pass  # rendered above, or what bwrap always does (pivot_root, lo up, no_new_privs)
         else:
             raise PolicyError(f"the bwrap backend cannot render {op!r}", Reason.INVALID_VALUE, op)
     return out
+
+
+def _join(dest: str, name: str) -> str:
+    return dest.rstrip("/") + "/" + name
+
+
+def _shadowed(i: int, ops) -> bool:
+    """Whether a mount op after ``ops[i]`` lands on its destination or an ancestor."""
+    dest = ops[i].dest
+    for later in ops[i + 1:]:
+        if not isinstance(later, (P.BindMount, P.MountTmpfs, P.MountOverlay, P.MountProc, P.MinimalDev,
+                                  P.MountMqueue)) and not (isinstance(later, P.WriteFile) and later.bind):
+            continue
+        d = later.dest
+        if d == dest or d == "/" or dest.startswith(d.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
+    """``(dest, st_dev, st_ino)`` of every bind of a host path, as the launcher finds the
+    source right before bwrap starts, without following any symlink (sources are
+    canonical: the policy resolved the ones the caller named). Our init checks each
+    destination is that inode before it forks the command; binds that a later mount
+    covers are left out.
+
+    Raises:
+        SetupError (bind_source_changed): a component of a source is a symlink now.
+    """
+    ops = plan.mount_ops
+    out = []
+    for i, op in enumerate(ops):
+        if not isinstance(op, P.BindMount) or op.src is None or _shadowed(i, ops):
+            continue
+        st = _lstat_no_symlinks(op.src, op.optional)
+        if st is not None:
+            out.append((op.dest, st.st_dev, st.st_ino))
+    return out
+
+
+def _lstat_no_symlinks(path: str, optional: bool):
+    import errno
+    import stat as _stat
+    fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            try:
+                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if optional:
+                    return None
+                raise SetupError(f"bind source {path} vanished before the launch", Reason.BIND_SOURCE_MISSING,
+                                 stage="bind", errno=errno.ENOENT, filename=path) from None
+            os.close(fd)
+            fd = nxt
+            if _stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise SetupError(f"bind source {path}: {part} is a symlink now (it was not when the policy "
+                                 f"was made); refusing to follow it", Reason.BIND_SOURCE_CHANGED,
+                                 stage="bind", errno=errno.ELOOP, filename=path)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def proc_readonly_paths(plan: P.Plan) -> list[str]:
+    """Every ``plan.PROC_READONLY`` entry under each proc mount, for our init."""
+    return [_join(op.dest, name) for op in plan.mount_ops if isinstance(op, P.MountProc)
+            for name in P.PROC_READONLY]
+
+
+def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
+                 binds) -> list[str]:
+    """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
+    setup options (native/psb_bwrap_init.c), then the real command.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): the plan has no /proc at /proc,
+            through which bwrap could exec the init.
+    """
+    from ..policy import CAPABILITIES
+    if not any(isinstance(op, P.MountProc) and op.dest == "/proc" for op in plan.mount_ops):
+        raise BackendUnavailable(
+            "the bwrap backend runs its own init through /proc/self/fd, and this policy mounts no /proc; "
+            "add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
+            Reason.BWRAP_INIT_UNAVAILABLE)
+    opts = ["-N", "-P"]
+    for path in proc_readonly_paths(plan):
+        opts += ["-r", path]
+    for dest, dev, ino in binds:
+        opts += ["-b", dest, str(dev), str(ino)]
+    keep = 0
+    for op in plan.ops:
+        if isinstance(op, P.Seccomp):
+            opts += ["-s", str(data_fd(op.program))]
+        elif isinstance(op, P.DropCapabilities):
+            for name in op.keep:
+                keep |= 1 << CAPABILITIES.index(name)
+    opts += ["-c", format(keep, "x")]
+    argv0 = plan.policy.argv0 if plan.policy.argv0 is not None else argv[0]
+    return [f"/proc/self/fd/{init_fd}", str(status_w), str(init_fd), *opts, "--", exe, argv0, *argv[1:]]
+
+
+_init_lock = threading.Lock()
+_init_fd: int | None = None
+
+
+def init_memfd() -> int:
+    """An O_PATH descriptor of a sealed, execute-only memfd holding our init (made once
+    per process). Execute-only: exec of a file its process cannot read leaves it
+    undumpable from the first instruction.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): the native module (which carries
+            the init) is missing or was built without it, or memfds cannot be made.
+    """
+    global _init_fd
+    with _init_lock:
+        if _init_fd is not None:
+            return _init_fd
+        try:
+            from .. import _native
+            ptr = _native.ffi.new("const unsigned char **")
+            size = _native.lib.psb_bwrap_init_blob(ptr)
+            blob = bytes(_native.ffi.buffer(ptr[0], size))
+        except (ImportError, AttributeError) as exc:
+            raise BackendUnavailable(
+                f"the bwrap backend's init is carried by the native module, which is missing ({exc}); "
+                f"rebuild it (pip install -e .) or use as_pid_1=True", Reason.BWRAP_INIT_UNAVAILABLE) from None
+        if not blob:
+            raise BackendUnavailable("the native module was built without the bwrap init (no C compiler "
+                                     "for native/psb_bwrap_init.c)", Reason.BWRAP_INIT_UNAVAILABLE)
+        import fcntl
+        try:
+            try:
+                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | 0x0010)  # MFD_EXEC
+            except OSError:
+                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            try:
+                view = memoryview(blob)
+                while view:
+                    view = view[os.write(fd, view):]
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+                            | fcntl.F_SEAL_SEAL)
+                os.fchmod(fd, 0o111)
+                # Keep an O_PATH descriptor, not the writable one (exec would be ETXTBSY).
+                pfd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot make the bwrap init's memfd: {exc}",
+                                     Reason.BWRAP_INIT_UNAVAILABLE) from None
+        while pfd < 3:   # never shadow a stdio slot in bwrap
+            pfd = os.dup(pfd)   # the low one stays open; harmless
+        _init_fd = pfd
+        return pfd
 
 
 def _vanished_hide(op, done) -> bool:
@@ -269,22 +446,43 @@ def probe_failed(result: _probe.ProbeResult) -> str | None:
 
 @dataclass
 class BwrapChild:
-    """A running bwrap. ``pid``: bwrap itself (killing it kills the sandbox: every process
-    in it has PR_SET_PDEATHSIG); ``sandbox_pid``: the first process inside the new
-    namespaces (bwrap's pid 1, or the command with ``as_pid_1``), from ``--info-fd``."""
+    """A running bwrap. ``pid``: bwrap itself; ``sandbox_pid``: the first process inside
+    the new namespaces (our init, or the command with ``as_pid_1``), from ``--info-fd``.
+
+    With our init (``status_fd`` >= 0): the command's wait status comes from the init's
+    status pipe, which only the init holds; killing the init (pid 1) SIGKILLs the whole
+    pid namespace, and the init forwards the other signals to the command."""
 
     pid: int
     sandbox_pid: int | None = None
     as_pid_1: bool = False
     _popen: object = None
+    status_fd: int = -1
+    pidfd: int = -1
 
     def returncode(self, wait_status: int) -> int:
+        """The command's returncode (-N for signal N, as native): the init's report;
+        without one (the init was killed, or no init) bwrap's own status."""
+        fd = self.status_fd
+        if fd >= 0:
+            try:
+                data = os.read(fd, 4)
+            except OSError:
+                data = b""
+            if len(data) == 4:
+                return os.waitstatus_to_exitcode(int.from_bytes(data, "little"))
         return os.waitstatus_to_exitcode(wait_status)
 
     def forward_signal(self, sig: int) -> None:
-        """Deliver ``sig`` to the command (bwrap's pid 1 does not forward signals); when the
-        command is gone, to bwrap, whose death takes the sandbox with it."""
-        target = self.sandbox_pid if self.as_pid_1 else _first_child(self.sandbox_pid)
+        """Deliver ``sig`` to the command: through our init, which forwards it; without
+        an init to the command itself (bwrap's pid 1 does not forward signals); when
+        that is gone, to bwrap, whose death takes the sandbox with it."""
+        if self.status_fd >= 0:
+            if self._signal_pid1(sig):
+                return
+            target = None
+        else:
+            target = self.sandbox_pid if self.as_pid_1 else _first_child(self.sandbox_pid)
         for pid in ((target, self.pid) if target else (self.pid,)):
             try:
                 os.kill(pid, sig)
@@ -292,8 +490,77 @@ class BwrapChild:
             except ProcessLookupError:
                 continue
 
+    def kill_sandbox(self) -> None:
+        """SIGKILL the sandbox's pid 1 (its death kills every process of its pid
+        namespace), whatever the command did to its own PR_SET_PDEATHSIG; the caller
+        kills bwrap too."""
+        self._signal_pid1(9)
+
+    def _signal_pid1(self, sig: int) -> bool:
+        if self.pidfd < 0:
+            return False
+        import signal as _signal
+        try:
+            _signal.pidfd_send_signal(self.pidfd, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
     def close(self) -> None:
         self._popen = None
+        for name in ("status_fd", "pidfd"):
+            fd = getattr(self, name)
+            setattr(self, name, -1)
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def _pid1_fd(child_pid: int, bwrap_pid: int) -> int:
+    """A pidfd of bwrap's child (pid 1 of the sandbox), checked to be bwrap's child (not
+    a reused pid); -1 if it is gone already."""
+    try:
+        fd = os.pidfd_open(child_pid)
+    except OSError:
+        return -1
+    try:
+        with open(f"/proc/{child_pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        ppid = -1
+    if ppid != bwrap_pid:
+        os.close(fd)
+        return -1
+    return fd
+
+
+# Words on our init's status pipe (native/psb_bwrap_init.c).
+INIT_STARTED = 0x50534201
+INIT_FAILED = 0x50534202
+_INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
+                  5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline"}
+
+
+def _read_words(fd: int, count: int, timeout: float) -> list[int]:
+    """Up to ``count`` 4-byte words from ``fd`` (fewer at EOF or timeout)."""
+    import select
+    import time
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(data) < 4 * count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 4 * count - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]
 
 
 def _first_child(pid: int | None) -> int | None:
@@ -557,14 +824,23 @@ class BwrapBackend:
         command = list(launch.argv)
         if launch.executable is not None:
             command[0] = launch.executable
-        elif "/" not in command[0] and "PATH" not in launch.env:
-            command[0] = resolved   # execvp's default PATH differs from ours: be exact
+        elif "/" not in command[0] and ("PATH" not in launch.env or uses_init(plan)):
+            command[0] = resolved   # execvp's default PATH differs from ours; our init does no search
+        exe = command[0]
+        init = uses_init(plan)
+        init_fd = init_memfd() if init else -1
+        binds = bind_identities(plan) if init else []
         data = _DataFds()
         info_r, info_w = os.pipe()
+        status_r, status_w = os.pipe() if init else (-1, -1)
         try:
             options = render(plan, data)
             args_fd = data(_nul_joined(flatten(options)))
+            if init:
+                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
+            if init:
+                passed |= {init_fd, status_w}
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
             preexec = _pdeathsig_preexec(os.getpid())
             proc = _spawner.call(lambda: subprocess.Popen(
@@ -572,16 +848,25 @@ class BwrapBackend:
                 close_fds=True, pass_fds=tuple(sorted(passed)), env=launch.env, preexec_fn=preexec))
             # The SandboxProcess waits for this pid itself; this Popen must never reap it.
             proc._child_created = False
-            os.close(info_w)
-            info_w = -1
+            for name in ("info_w", "status_w"):
+                fd = locals()[name]
+                if fd != -1:
+                    os.close(fd)
+            info_w = status_w = -1
             report = _read_info(info_r)
+        except BaseException:
+            if status_r != -1:
+                os.close(status_r)
+            raise
         finally:
             data.close()
-            for fd in (info_r, info_w):
+            for fd in (info_r, info_w, status_w):
                 if fd != -1:
                     os.close(fd)
         m = re.search(rb'"child-pid"\s*:\s*(\d+)', report)
         if m is None:
+            if status_r != -1:
+                os.close(status_r)
             # bwrap stopped before it created the sandbox; its message went to stderr.
             try:
                 code = proc.wait(timeout=30)
@@ -590,29 +875,71 @@ class BwrapBackend:
                 code = proc.wait()
             raise BwrapProbeFailed(f"bwrap exited ({code}) before it created the sandbox; "
                                    f"its message is on the command's stderr", Reason.BWRAP_PROBE_FAILED)
-        child = BwrapChild(proc.pid, int(m.group(1)), plan.policy.as_pid_1, proc)
+        sandbox_pid = int(m.group(1))
+        child = BwrapChild(proc.pid, sandbox_pid, plan.policy.as_pid_1 or init, proc, status_fd=status_r,
+                           pidfd=_pid1_fd(sandbox_pid, proc.pid) if plan.policy.as_pid_1 or init else -1)
         if launch.on_start is not None:
             try:
                 launch.on_start(child.sandbox_pid)
             except BaseException:
                 proc.kill()   # bwrap, our child: its death takes the sandbox with it
                 os.waitpid(proc.pid, 0)
+                child.close()
                 raise
-        if _wait_for_exec(child, info.path) == 1:
-            # bwrap exited 1 and the command was never seen running: a setup failure
-            # (the host changed since the probe) or a very fast command failing. Probe
-            # again with the same arguments: if setup fails now, say so, typed.
-            with self._lock:
-                self._checked.clear()
-            try:
-                self._probe_plan(info, plan)
-            except SandboxError as exc:
-                os.waitpid(proc.pid, 0)
-                if exc.reason != Reason.BWRAP_PROBE_FAILED:
-                    raise
-                raise SetupError(f"bwrap setup failed at launch: {_message(exc)}", Reason.SETUP_FAILED,
-                                 stage="bwrap") from exc
+        if init:
+            self._wait_for_init(child, proc, info, plan, exe)
+        elif _wait_for_exec(child, info.path) == 1:
+            self._setup_failed(proc, info, plan)
         return child
+
+    def _setup_failed(self, proc, info, plan) -> None:
+        """bwrap exited 1 and the command was never seen running: a setup failure (the
+        host changed since the probe) or a very fast command failing. Probe again with
+        the same arguments: if setup fails now, say so, typed."""
+        with self._lock:
+            self._checked.clear()
+        try:
+            self._probe_plan(info, plan)
+        except SandboxError as exc:
+            os.waitpid(proc.pid, 0)
+            if exc.reason != Reason.BWRAP_PROBE_FAILED:
+                raise
+            raise SetupError(f"bwrap setup failed at launch: {_message(exc)}", Reason.SETUP_FAILED,
+                             stage="bwrap") from exc
+
+    def _wait_for_init(self, child: BwrapChild, proc, info, plan, exe: str) -> None:
+        """Return once our init reported the command exec'd; raise the typed error (the
+        command never ran) if it reported a setup failure or bwrap ended first."""
+        import errno as _errno
+        words = _read_words(child.status_fd, 1, INFO_TIMEOUT)
+        if words == [INIT_STARTED]:
+            return
+        if words == [INIT_FAILED]:
+            what, detail = (_read_words(child.status_fd, 2, 5.0) + [0, 0])[:2]
+            os.waitpid(proc.pid, 0)
+            child.close()
+            stage = _INIT_FAILURES.get(what, f"step {what}")
+            if what == 7:   # exec
+                raise OSError(detail, os.strerror(detail), exe)
+            if what == 4:
+                raise SetupError(f"a bind's destination is not the inode the launcher validated (a symlink "
+                                 f"or another mount was swapped in before bwrap bound it); the command "
+                                 f"did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=_errno.ELOOP)
+            raise SetupError(f"the bwrap backend's init failed at its {stage} step "
+                             f"({os.strerror(detail) if what in (2, 5, 6, 8) and detail else detail}); "
+                             f"the command did not run", Reason.SETUP_FAILED, stage="init",
+                             errno=detail if what in (2, 5, 6, 8) else None)
+        # No report: bwrap's setup failed before it exec'd the init (or the init was killed).
+        try:
+            ended = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            ended = None
+        child.close()
+        if ended is not None and ended.si_code == os.CLD_EXITED and ended.si_status == 1:
+            self._setup_failed(proc, info, plan)
+        os.waitpid(proc.pid, 0)
+        raise SetupError("bwrap ended before its init reported the command started; its message is on "
+                         "the command's stderr", Reason.SETUP_FAILED, stage="bwrap")
 
     # -- status -----------------------------------------------------------------------
 
