@@ -41,7 +41,7 @@ import threading
 from dataclasses import dataclass
 
 from .. import probe as _probe
-from ..errors import (BwrapOptionUnsupported, BwrapProbeFailed, PolicyError, Reason, SandboxError,
+from ..errors import (BackendUnavailable, BwrapOptionUnsupported, BwrapProbeFailed, PolicyError, Reason, SandboxError,
                       SetupError, error_for)
 from .. import plan as P
 from ..policy import Bind, Network, Overlay
@@ -207,14 +207,15 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
     setup options (native/psb_bwrap_init.c), then the real command.
 
     Raises:
-        BackendUnavailable (bwrap_init_unavailable): the plan has no /proc at /proc,
-            through which bwrap could exec the init.
+        BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
+            /proc, through which bwrap could exec the init.
     """
     from ..policy import CAPABILITIES
-    if not any(isinstance(op, P.MountProc) and op.dest == "/proc" for op in plan.mount_ops):
+    proc = proc_in_sandbox(plan)
+    if proc is None:
         raise BackendUnavailable(
-            "the bwrap backend runs its own init through /proc/self/fd, and this policy mounts no /proc; "
-            "add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
+            "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
+            "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
             Reason.BWRAP_INIT_UNAVAILABLE)
     opts = ["-N", "-P"]
     for path in proc_readonly_paths(plan):
@@ -230,7 +231,24 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
                 keep |= 1 << CAPABILITIES.index(name)
     opts += ["-c", format(keep, "x")]
     argv0 = plan.policy.argv0 if plan.policy.argv0 is not None else argv[0]
-    return [f"/proc/self/fd/{init_fd}", str(status_w), str(init_fd), *opts, "--", exe, argv0, *argv[1:]]
+    return [f"{_join(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *opts, "--", exe, argv0, *argv[1:]]
+
+
+def proc_in_sandbox(plan: P.Plan) -> str | None:
+    """A sandbox path where a procfs is visible at the end of the setup (a ``Proc``
+    mount not covered later, else the host's /proc shown through a bind: bwrap binds
+    are recursive), or None. bwrap execs our init through ``PATH/self/fd/N``."""
+    ops = plan.mount_ops
+    dests = [op.dest for op in ops if isinstance(op, P.MountProc)]
+    for dest in sorted(dests, key=lambda d: d != "/proc"):
+        _host, cover = P.host_path(_join(dest, "self"), ops)
+        if isinstance(cover, P.MountProc) and cover.dest == dest:
+            return dest
+    host, cover = P.host_path("/proc", ops)
+    if isinstance(cover, P.BindMount) and host == "/proc" and os.path.ismount("/proc") \
+            and os.path.isdir("/proc/self/fd"):
+        return "/proc"
+    return None
 
 
 _init_lock = threading.Lock()
