@@ -995,8 +995,19 @@ class BwrapBackend:
             except SandboxError as exc:
                 network[mode] = CapabilityStatus(mode, False, exc.reason.value, _message(exc))
         own = network[policy.network.mode]
+        try:
+            init_memfd()
+            init_state = "psb-bwrap-init"
+        except SandboxError as exc:
+            init_state = f"unavailable: {exc.reason.value}"
         result = BackendStatus("bwrap", own.available, own.reason, own.detail, caps, network,
-                               {"path": info.path, "version": info.version, "setuid": info.setuid})
+                               {"path": info.path, "version": info.version, "setuid": info.setuid,
+                                # pid 1 with a pid namespace (not as_pid_1): our init, or why not
+                                "init": init_state,
+                                # as_pid_1: the command is pid 1 and may clear its own
+                                # PR_SET_PDEATHSIG: kill() still ends it (SIGKILL to pid 1),
+                                # a SIGKILLed launcher does not (README "Lifetime")
+                                "as_pid_1_lifetime": "command-controlled"})
         with self._lock:
             self._status[key] = result
         return result

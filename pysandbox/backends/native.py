@@ -869,7 +869,10 @@ def probe_native(policy=None) -> BackendStatus:
     if policy.network.new_namespace:
         needed += ["net", "loopback"]
     missing = [caps[n] for n in needed if not caps[n].available]
-    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": init_fd() >= 0}
+    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": init_fd() >= 0,
+            # as_pid_1: the command is pid 1 and may clear its own PR_SET_PDEATHSIG: kill()
+            # still ends it, a SIGKILLed launcher does not (README "Lifetime")
+            "as_pid_1_lifetime": "command-controlled"}
     if missing:
         first = missing[0]
         return BackendStatus("native", False, first.reason, f"{first.name}: {first.detail}",
