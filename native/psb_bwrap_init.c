@@ -15,6 +15,9 @@
  *   -s FD         install the classic BPF program read from FD (in the command only)
  *   -c MASK       the capabilities the command keeps (hex); all others are dropped
  *                 from every set and the bounding set (needs CAP_SETPCAP)
+ *   -x            exec mode: no fork; after the setup, write STARTED and exec the
+ *                 command in this process (as_pid_1, or no pid namespace); an exec
+ *                 failure is FAILED after STARTED and exit 126
  *
  * Order: PR_SET_DUMPABLE 0 (the memfd is execute-only, so exec already made us
  * undumpable), PR_SET_PDEATHSIG SIGKILL and a lifeline check (the status pipe's
@@ -210,6 +213,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long i = 3;
     int nfilters = 0;
     long capmask = -1;
+    int exec_mode = 0;
     for (; i < argc && !streq(argv[i], "--"); i++) {
         const char *o = argv[i];
         if (streq(o, "-N")) {
@@ -251,6 +255,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(F_SECCOMP, i);
             sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
             filter_len[nfilters++] = (unsigned short)(got / 8);
+        } else if (streq(o, "-x")) {
+            exec_mode = 1;
         } else if (streq(o, "-c") && i + 1 < argc) {
             capmask = parse(argv[++i], 16);
             if (capmask < 0)
@@ -296,6 +302,19 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         for (int k = 0; k < 2; k++)
             if (back[k].effective != d[k].effective || back[k].permitted != d[k].permitted)
                 fail(F_CAPS, EPERM);
+    }
+
+    if (exec_mode) {
+        sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
+        for (int k = 0; k < nfilters; k++) {
+            struct sock_fprog prog = { filter_len[k], filters[k] };
+            long e = sys6(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog, 0, 0, 0);
+            if (e < 0)
+                fail(F_SECCOMP, -e);
+        }
+        put(W_STARTED);   /* the status pipe is close-on-exec: the command never holds it */
+        long e = sys6(NR_EXECVE, (long)exe, (long)cargv, (long)envp, 0, 0, 0);
+        fail(F_EXEC, -e);
     }
 
     int epipe[2];

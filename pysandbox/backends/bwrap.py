@@ -58,9 +58,20 @@ def _octal(mode: int) -> str:
     return format(mode, "04o")
 
 
+def init_mode(plan: P.Plan) -> str | None:
+    """How our init runs for ``plan``: ``"fork"``: as pid 1 of the pid namespace (not
+    ``as_pid_1``), it forks the command, reaps and reports its status; ``"exec"``: a
+    setup step that execs the command in its own process (``as_pid_1``: the command is
+    pid 1; or no pid namespace); None: no init (the sandbox shows no procfs to exec it
+    through, and the command need not be forked)."""
+    if "pid" in plan.namespaces and not plan.policy.as_pid_1:
+        return "fork"
+    return "exec" if proc_in_sandbox(plan) is not None else None
+
+
 def uses_init(plan: P.Plan) -> bool:
-    """Whether ``plan`` runs under our own init (a pid namespace, not ``as_pid_1``)."""
-    return "pid" in plan.namespaces and not plan.policy.as_pid_1
+    """Whether our init is ``plan``'s pid 1 (a pid namespace, not ``as_pid_1``)."""
+    return init_mode(plan) == "fork"
 
 
 # What our init needs for its setup (a mount namespace of its own, the tree made private,
@@ -77,11 +88,11 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     (the filesystem half of a probe). ``probe=True`` replaces the caller's data
     descriptors (``File(fd=...)``) with empty data, so a probe consumes nothing.
 
-    With our init (:func:`uses_init`): ``--as-pid-1`` and ``--cap-add`` of
-    :data:`INIT_CAPS` (the init drops them), no ``--add-seccomp-fd`` and no ``--argv0``
-    (:func:`init_command` hands those to the init). Without it, every entry of
-    ``plan.PROC_READONLY`` the host's /proc has is bound read-only over each ``--proc``
-    (sources are host paths; sysctl files show the opener's namespaces).
+    With our init (:func:`init_mode`): ``--cap-add`` of :data:`INIT_CAPS` (the init
+    drops them), ``--as-pid-1`` (the init, or the command with ``as_pid_1``, is pid 1),
+    no ``--add-seccomp-fd`` and no ``--argv0`` (:func:`init_command` hands those to the
+    init). There is no init only when the sandbox shows no procfs (so nothing of
+    ``plan.PROC_READONLY`` to cover either).
 
     Raises:
         PolicyError: an op this renderer does not know (a bug, not user input).
@@ -97,8 +108,8 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     out.append(("--gid", str(idmap.gid)))
     # Always, whatever policy.die_with_parent says: invariant 4 of DESIGN.md.
     out.append(("--die-with-parent",))
-    init = uses_init(plan)
-    if policy.as_pid_1 or init:
+    init = init_mode(plan)
+    if policy.as_pid_1 or init == "fork":
         out.append(("--as-pid-1",))
     if policy.argv0 is not None and not init:
         out.append(("--argv0", policy.argv0))
@@ -122,9 +133,6 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
         elif isinstance(op, P.MOUNT_OPS):
             if not _vanished_hide(op, done):
                 out.extend(_render_mount(op, data_fd, probe))
-                if isinstance(op, P.MountProc) and not init:
-                    out.extend(("--ro-bind", "/proc/" + name, _join(op.dest, name))
-                               for name in P.PROC_READONLY if os.path.lexists("/proc/" + name))
             done.append(op)
         elif isinstance(op, (P.Unshare, P.IdMap, P.PdeathSig, P.PivotRoot, P.LoopbackUp, P.NoNewPrivs)):
             pass  # rendered above, or what bwrap always does (pivot_root, lo up, no_new_privs)
@@ -217,7 +225,7 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
             "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
             Reason.BWRAP_INIT_UNAVAILABLE)
-    opts = ["-N", "-P"]
+    opts = ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
     for path in proc_readonly_paths(plan):
         opts += ["-r", path]
     for dest, dev, ino in binds:
@@ -842,10 +850,10 @@ class BwrapBackend:
         command = list(launch.argv)
         if launch.executable is not None:
             command[0] = launch.executable
-        elif "/" not in command[0] and ("PATH" not in launch.env or uses_init(plan)):
+        elif "/" not in command[0] and ("PATH" not in launch.env or init_mode(plan) is not None):
             command[0] = resolved   # execvp's default PATH differs from ours; our init does no search
         exe = command[0]
-        init = uses_init(plan)
+        init = init_mode(plan)
         init_fd = init_memfd() if init else -1
         binds = bind_identities(plan) if init else []
         data = _DataFds()
@@ -894,8 +902,11 @@ class BwrapBackend:
             raise BwrapProbeFailed(f"bwrap exited ({code}) before it created the sandbox; "
                                    f"its message is on the command's stderr", Reason.BWRAP_PROBE_FAILED)
         sandbox_pid = int(m.group(1))
-        child = BwrapChild(proc.pid, sandbox_pid, plan.policy.as_pid_1 or init, proc, status_fd=status_r,
-                           pidfd=_pid1_fd(sandbox_pid, proc.pid) if plan.policy.as_pid_1 or init else -1)
+        # sandbox_pid is the command itself unless bwrap runs its own pid 1 (no init of
+        # ours, a pid namespace, not as_pid_1): then it is that pid 1's first child
+        pid1 = "pid" in plan.namespaces and (plan.policy.as_pid_1 or init == "fork")
+        child = BwrapChild(proc.pid, sandbox_pid, plan.policy.as_pid_1 or init is not None, proc,
+                           status_fd=status_r, pidfd=_pid1_fd(sandbox_pid, proc.pid) if pid1 else -1)
         if launch.on_start is not None:
             try:
                 launch.on_start(child.sandbox_pid)
@@ -931,6 +942,10 @@ class BwrapBackend:
         import errno as _errno
         words = _read_words(child.status_fd, 1, INFO_TIMEOUT)
         if words == [INIT_STARTED]:
+            if init_mode(plan) == "exec":
+                # the command is exec'd in the init's process: its status is bwrap's
+                os.close(child.status_fd)
+                child.status_fd = -1
             return
         if words == [INIT_FAILED]:
             what, detail = (_read_words(child.status_fd, 2, 5.0) + [0, 0])[:2]

@@ -89,20 +89,27 @@ def test_default_policy_argv(tmp_path):
     assert cmd[cmd.index("--"):] == ["--", "/bin/true", "true", "x"]
 
 
-def test_without_init_seccomp_and_proc_covering_render(tmp_path):
-    """as_pid_1 (no init of ours): bwrap loads the seccomp programs, drops every
-    capability, and each PROC_READONLY entry the host has is bound read-only over /proc."""
+def test_init_modes_and_no_init_render(tmp_path):
+    """as_pid_1: our init in exec mode (-x; the command stays pid 1); no procfs in the
+    sandbox and no pid namespace: no init, bwrap loads the seccomp programs and keeps
+    no capability; a pid namespace without a procfs fails closed."""
     data = Counter()
     plan = P.compile(Policy.default(as_pid_1=True, keep_authority_sockets=True), outer_ids=(1000, 1001))
-    out = B.render(plan, data)
-    argv = B.flatten(out)
-    assert "--cap-add" not in argv and "--as-pid-1" in argv
+    argv = B.flatten(B.render(plan, data))
+    assert B.init_mode(plan) == "exec" and "--as-pid-1" in argv and "--add-seccomp-fd" not in argv
+    assert "-x" in B.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+    plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user"}), outer_ids=(1000, 1001))
+    assert B.init_mode(plan) is None
+    argv = B.flatten(B.render(plan, data))
+    assert "--cap-add" not in argv and "--as-pid-1" not in argv
     progs = [op.program for op in plan.ops if isinstance(op, P.Seccomp)]
     fds = [argv[i + 1] for i, w in enumerate(argv) if w == "--add-seccomp-fd"]
     assert [data.blobs[int(fd) - 100] for fd in fds] == progs
-    i = out.index(("--proc", "/proc"))
-    want = [("--ro-bind", "/proc/" + n, "/proc/" + n) for n in P.PROC_READONLY if os.path.lexists("/proc/" + n)]
-    assert want and out[i + 1:i + 1 + len(want)] == want
+    plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user", "pid"}), outer_ids=(1000, 1001))
+    assert B.init_mode(plan) == "fork"
+    with pytest.raises(BackendUnavailable) as exc:
+        B.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+    assert exc.value.reason == Reason.BWRAP_INIT_UNAVAILABLE
 
 
 def test_bind_identities_refuse_a_symlink_swapped_in(tmp_path):
