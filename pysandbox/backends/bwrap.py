@@ -533,7 +533,11 @@ class BwrapChild:
             return False
 
     def close(self) -> None:
+        """Called once bwrap was reaped. Its pid 1 is gone then, unless bwrap itself was
+        killed before that pid 1 bound itself to bwrap's life: SIGKILL it (by pidfd:
+        never another process) so nothing outlives bwrap."""
         self._popen = None
+        self._signal_pid1(9)
         for name in ("status_fd", "pidfd"):
             fd = getattr(self, name)
             setattr(self, name, -1)
