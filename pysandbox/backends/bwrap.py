@@ -8,7 +8,7 @@ unless the caller opts in with ``BwrapBackend(allow_setuid=True)`` or
 (``--help`` is parsed) is an error (``bwrap_option_unsupported``), never dropped.
 
 Every launch has ``--unshare-user``, ``--cap-drop ALL`` (then ``--cap-add`` for the
-kept ones) and ``--die-with-parent``. The options travel NUL-separated through a
+kept ones, and for what our init's setup needs: it drops those) and ``--die-with-parent``. The options travel NUL-separated through a
 memfd (``--args FD``), file data and seccomp programs through memfds; bwrap reads
 and closes them, and it is started with only stdio, those descriptors and the
 caller's ``pass_fds``, so nothing else reaches the command.
@@ -19,18 +19,39 @@ look like the command's own status. So before the first launch of a plan,
 without and once with ``--unshare-net``, and maps bwrap's message to a reason code;
 the result is cached per plan for the life of the process.
 
+Our init (native/psb_bwrap_init.c, carried by the native module, exec'd by bwrap from a
+sealed execute-only memfd through ``<procfs>/self/fd/N``): with a pid namespace (not
+``as_pid_1``) it is pid 1 under ``--as-pid-1``, so bwrap's own pid 1 (same uid, dumpable:
+ptraceable by the command) never exists. It is undumpable from its first instruction,
+re-arms PR_SET_PDEATHSIG and checks its lifeline (the launcher still holds the status
+pipe); with a temporary CAP_SYS_ADMIN and CAP_SETPCAP it unshares a mount namespace of
+its own, makes the tree private (no host mount propagates in), remounts every
+``plan.PROC_READONLY`` entry of each proc mount read-only, checks each bind destination
+is the inode the launcher validated (sources walked without following symlinks right
+before bwrap starts: ``bind_source_changed``), drops every capability the policy does not
+keep (bounding set included; no_new_privs stays), then forks the command, which loads the
+seccomp programs and execs. It reaps, forwards SIGTERM/INT/HUP/QUIT/USR1/USR2 and reports
+the command's raw wait status on a pipe only it holds. ``as_pid_1`` or no pid namespace:
+the same init setup, then it execs the command in its own process (exec mode). A
+sandbox that shows no procfs runs without it (no pid namespace, or as_pid_1), or fails
+closed (``bwrap_init_unavailable``: a pid namespace needs it); so does a missing native
+module (no Python fallback init).
+
 Lifetime: bwrap is forked by one long-lived spawner thread with PR_SET_PDEATHSIG set
 before exec, so the sandbox dies with the launching process, not with the thread that
-called Popen; spawn returns once bwrap reported the sandbox (``--info-fd``) and the
-command was executed. If bwrap ends with exit 1 before that, the plan is probed again
-and a setup failure raises a typed error. ``BwrapChild.forward_signal`` signals the
-command itself (bwrap's pid 1 does not forward signals). Known gap: bwrap 0.8 binds
-its pid 1 to its own life late in setup; a launcher SIGKILLed in those milliseconds
-can leave the sandbox running.
+called Popen; spawn returns once our init reported the command exec'd (without it: once
+bwrap reported the sandbox, ``--info-fd``, and the command was seen executed). kill()
+SIGKILLs the sandbox's pid 1 by pidfd (the whole pid namespace dies) and bwrap.
+``BwrapChild.forward_signal`` signals our init, which forwards (without it: the command
+itself). Known gaps: as_pid_1, the command is pid 1 and may clear its own PDEATHSIG: a
+SIGKILLed launcher does not end it (``status`` info ``as_pid_1_lifetime``); bubblewrap
+0.8's child binds itself to bwrap only at the end of its setup, so a launcher SIGKILLed
+in those milliseconds can leave that child blocked in bwrap's setup (never our init or
+the command: the init exits at its lifeline check).
 
-Differences from the native backend: a command killed by signal N is reported as
-returncode 128+N (bwrap's pid 1 turns the signal into an exit status), where native
-reports -N. ``Policy.argv0`` needs bwrap >= 0.9 (``--argv0``).
+Exit status: a command killed by signal N is returncode -N, as on the native backend
+(our init reports the raw status); with as_pid_1 or without our init, bwrap's status
+(128+N). ``Policy.argv0`` needs bwrap >= 0.9 (``--argv0``) only without our init.
 """
 
 from __future__ import annotations
