@@ -132,9 +132,9 @@ struct cap_data { unsigned int effective, permitted, inheritable; };
 struct sock_fprog { unsigned short len; void *filter; };
 struct pollfd { int fd; short events, revents; };
 
-#define MAX_FILTERS 8
-#define FILTER_BYTES (4096 * 8)
-static unsigned char filters[MAX_FILTERS][FILTER_BYTES];
+#define MAX_FILTERS 32
+#define FILTER_BYTES (4096 * 8)   /* BPF_MAXINSNS instructions */
+static unsigned char filters[MAX_FILTERS][FILTER_BYTES + 8];
 static unsigned short filter_len[MAX_FILTERS];
 
 static void __attribute__((noreturn)) quit(int code)
@@ -245,13 +245,15 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             if (r < 0 || (long)st.st_dev != dev || (long)st.st_ino != ino)
                 fail(F_BIND_CHANGED, i);
             i += 3;
-        } else if (streq(o, "-s") && i + 1 < argc && nfilters < MAX_FILTERS) {
+        } else if (streq(o, "-s") && i + 1 < argc) {
+            if (nfilters >= MAX_FILTERS)
+                fail(F_SECCOMP, i);
             long fd = parse(argv[++i], 10);
             long got = 0, r;
-            while (got < FILTER_BYTES &&
-                   (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES - got, 0, 0, 0)) > 0)
+            while (got <= FILTER_BYTES &&
+                   (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
                 got += r;
-            if (fd < 0 || got <= 0 || got % 8 != 0 || got >= FILTER_BYTES)
+            if (fd < 0 || got <= 0 || got % 8 != 0 || got > FILTER_BYTES)
                 fail(F_SECCOMP, i);
             sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
             filter_len[nfilters++] = (unsigned short)(got / 8);

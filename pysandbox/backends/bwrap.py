@@ -899,11 +899,11 @@ class BwrapBackend:
                 close_fds=True, pass_fds=tuple(sorted(passed)), env=launch.env, preexec_fn=preexec))
             # The SandboxProcess waits for this pid itself; this Popen must never reap it.
             proc._child_created = False
-            for name in ("info_w", "status_w"):
-                fd = locals()[name]
-                if fd != -1:
-                    os.close(fd)
-            info_w = status_w = -1
+            os.close(info_w)
+            info_w = -1
+            if status_w != -1:
+                os.close(status_w)   # only our init holds the write end now (and bwrap)
+                status_w = -1
             report = _read_info(info_r)
         except BaseException:
             if status_r != -1:
