@@ -32,10 +32,11 @@ before bwrap starts: ``bind_source_changed``), drops every capability the policy
 keep (bounding set included; no_new_privs stays), then forks the command, which loads the
 seccomp programs and execs. It reaps, forwards SIGTERM/INT/HUP/QUIT/USR1/USR2 and reports
 the command's raw wait status on a pipe only it holds. ``as_pid_1`` or no pid namespace:
-the same init setup, then it execs the command in its own process (exec mode). A
-sandbox that shows no procfs runs without it (no pid namespace, or as_pid_1), or fails
-closed (``bwrap_init_unavailable``: a pid namespace needs it); so does a missing native
-module (no Python fallback init).
+the same init setup, then it execs the command in its own process (exec mode). Without
+the native module, or with a pid namespace and no procfs, the same init runs in Python
+(``_bwrap_pyinit.py``) where this interpreter is visible in the sandbox, else a pid
+namespace fails closed (``bwrap_init_unavailable``); a sandbox without a pid namespace
+(or as_pid_1) that shows no procfs runs without an init.
 
 Lifetime: bwrap is forked by one long-lived spawner thread with PR_SET_PDEATHSIG set
 before exec, so the sandbox dies with the launching process, not with the thread that
@@ -241,7 +242,9 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
     """
     from ..policy import CAPABILITIES
     proc = proc_in_sandbox(plan)
-    if proc is None:
+    if init_fd is None:
+        proc = ""   # the Python init: exec'd by path, no procfs needed
+    elif proc is None:
         raise BackendUnavailable(
             "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
             "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
@@ -260,7 +263,12 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
                 keep |= 1 << CAPABILITIES.index(name)
     opts += ["-c", format(keep, "x")]
     argv0 = plan.policy.argv0 if plan.policy.argv0 is not None else argv[0]
-    return [f"{_join(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *opts, "--", exe, argv0, *argv[1:]]
+    tail = [*opts, "--", exe, argv0, *argv[1:]]
+    if init_fd is None:
+        import sys
+        from ._bwrap_pyinit import SOURCE
+        return [sys.executable, "-I", "-S", "-c", SOURCE, str(status_w), "-1", *tail]
+    return [f"{_join(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *tail]
 
 
 def proc_in_sandbox(plan: P.Plan) -> str | None:
@@ -278,6 +286,31 @@ def proc_in_sandbox(plan: P.Plan) -> str | None:
             and os.path.isdir("/proc/self/fd"):
         return "/proc"
     return None
+
+
+def python_init_usable(plan: P.Plan) -> bool:
+    """Whether the fallback init (Python, when the native module is missing) can run in
+    ``plan``'s sandbox: this interpreter is visible there at its own path."""
+    import sys
+    host, _cover = P.host_path(sys.executable, plan.mount_ops)
+    return host == sys.executable and os.path.exists(sys.executable)
+
+
+def init_program(plan: P.Plan) -> int | None:
+    """The C init's memfd (O_PATH descriptor), or None for the Python fallback init.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): neither can run here.
+    """
+    try:
+        fd = init_memfd()
+    except BackendUnavailable:
+        if python_init_usable(plan):
+            return None
+        raise
+    if proc_in_sandbox(plan) is None and python_init_usable(plan):
+        return None   # no procfs to exec the C init through
+    return fd
 
 
 _init_lock = threading.Lock()
@@ -879,7 +912,7 @@ class BwrapBackend:
             command[0] = resolved   # execvp's default PATH differs from ours; our init does no search
         exe = command[0]
         init = init_mode(plan)
-        init_fd = init_memfd() if init else -1
+        init_fd = init_program(plan) if init else -1
         binds = bind_identities(plan) if init else []
         data = _DataFds()
         info_r, info_w = os.pipe()
@@ -891,7 +924,7 @@ class BwrapBackend:
                 command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
             if init:
-                passed |= {init_fd, status_w}
+                passed |= {status_w} | ({init_fd} if init_fd is not None else set())
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
             preexec = _pdeathsig_preexec(os.getpid())
             proc = _spawner.call(lambda: subprocess.Popen(
@@ -1039,7 +1072,8 @@ class BwrapBackend:
             init_memfd()
             init_state = "psb-bwrap-init"
         except SandboxError as exc:
-            init_state = f"unavailable: {exc.reason.value}"
+            # the Python fallback runs where this interpreter is visible in the sandbox
+            init_state = f"python (psb-bwrap-init unavailable: {exc.reason.value})"
         result = BackendStatus("bwrap", own.available, own.reason, own.detail, caps, network,
                                {"path": info.path, "version": info.version, "setuid": info.setuid,
                                 # pid 1 with a pid namespace (not as_pid_1): our init, or why not

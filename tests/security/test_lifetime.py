@@ -229,3 +229,27 @@ def test_signal_death_is_minus_n_on_both_backends(backend, tmp_path):
     done = pysandbox.run(["sh", "-c", "kill -USR1 $$"], policy=pysandbox.Policy.default(workdir=tmp_path),
                          backend=backend, timeout=60)
     assert done.returncode == -signal.SIGUSR1
+
+
+def test_bwrap_python_fallback_init_holds_the_same_line(tmp_path, monkeypatch):
+    """Without the native module the bwrap backend runs its init in Python (same
+    protocol): pid 1 is still unptraceable and unreadable, the status still -N."""
+    from tests.support import host_capability, need
+    why = host_capability("bwrap")
+    if why is not None:
+        need("bwrap", why)
+    from pysandbox.backends import bwrap as B
+    from pysandbox.errors import BackendUnavailable, Reason
+
+    def missing():
+        raise BackendUnavailable("simulated: no native module", Reason.BWRAP_INIT_UNAVAILABLE)
+    monkeypatch.setattr(B, "init_memfd", missing)
+    policy = pysandbox.Policy.default(workdir=tmp_path)
+    res = oracles.run_probe(PTRACE, policy, "bwrap")
+    assert res["seize_child"]["ok"], res["seize_child"]
+    for key in ("seize_1", "attach_1", "mem_1", "environ_1"):
+        assert res[key]["ok"] is False and res[key]["errname"] in ("EPERM", "EACCES"), (key, res[key])
+    done = pysandbox.run(["sh", "-c", "head -c 64 /proc/1/cmdline; kill -USR1 $$"], policy=policy,
+                         backend="bwrap", capture_output=True, timeout=60)
+    assert b"-I\0-S\0-c" in done.stdout   # it really was the Python init
+    assert done.returncode == -signal.SIGUSR1
