@@ -34,10 +34,12 @@ class Reason(str, enum.Enum):
     BWRAP_OPTION_UNSUPPORTED = "bwrap_option_unsupported"
     BWRAP_IN_WRITABLE_PATH = "bwrap_in_writable_path"
     NETWORK_MODE_UNSUPPORTED = "network_mode_unsupported"
+    BWRAP_INIT_UNAVAILABLE = "bwrap_init_unavailable"
     # launch
     SETUP_FAILED = "setup_failed"
     PARENT_DIED = "parent_died"
     SYMLINK_IN_PATH = "symlink_in_path"
+    BIND_SOURCE_CHANGED = "bind_source_changed"
     # policy (user input)
     INVALID_PATH = "invalid_path"
     WORKDIR_TOO_BROAD = "workdir_too_broad"
@@ -160,6 +162,7 @@ _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.BWRAP_PROBE_FAILED: BwrapProbeFailed,
     Reason.BWRAP_IN_WRITABLE_PATH: BackendUnavailable,
     Reason.NATIVE_MODULE_MISSING: NativeModuleMissing,
+    Reason.BWRAP_INIT_UNAVAILABLE: BackendUnavailable,
 }
 
 

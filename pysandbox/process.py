@@ -152,7 +152,14 @@ class SandboxProcess(subprocess.Popen):
         it; other signals reach the command itself, through the backend where its
         pid 1 does not forward them (bwrap)."""
         forward = getattr(self._child, "forward_signal", None)
-        if forward is None or sig == signal.SIGKILL:
+        if sig == signal.SIGKILL:
+            # The backend's pid 1 first where it has one the command cannot outlive by
+            # clearing its own PR_SET_PDEATHSIG (bwrap: our init, or the as_pid_1 command).
+            kill_sandbox = getattr(self._child, "kill_sandbox", None)
+            if kill_sandbox is not None and self.returncode is None:
+                kill_sandbox()
+            return super().send_signal(sig)
+        if forward is None:
             return super().send_signal(sig)
         self.poll()
         if self.returncode is None:

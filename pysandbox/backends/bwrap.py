@@ -8,7 +8,7 @@ unless the caller opts in with ``BwrapBackend(allow_setuid=True)`` or
 (``--help`` is parsed) is an error (``bwrap_option_unsupported``), never dropped.
 
 Every launch has ``--unshare-user``, ``--cap-drop ALL`` (then ``--cap-add`` for the
-kept ones) and ``--die-with-parent``. The options travel NUL-separated through a
+kept ones, and for what our init's setup needs: it drops those) and ``--die-with-parent``. The options travel NUL-separated through a
 memfd (``--args FD``), file data and seccomp programs through memfds; bwrap reads
 and closes them, and it is started with only stdio, those descriptors and the
 caller's ``pass_fds``, so nothing else reaches the command.
@@ -19,18 +19,40 @@ look like the command's own status. So before the first launch of a plan,
 without and once with ``--unshare-net``, and maps bwrap's message to a reason code;
 the result is cached per plan for the life of the process.
 
+Our init (native/psb_bwrap_init.c, carried by the native module, exec'd by bwrap from a
+sealed execute-only memfd through ``<procfs>/self/fd/N``): with a pid namespace (not
+``as_pid_1``) it is pid 1 under ``--as-pid-1``, so bwrap's own pid 1 (same uid, dumpable:
+ptraceable by the command) never exists. It is undumpable from its first instruction,
+re-arms PR_SET_PDEATHSIG and checks its lifeline (the launcher still holds the status
+pipe); with a temporary CAP_SYS_ADMIN and CAP_SETPCAP it unshares a mount namespace of
+its own, makes the tree private (no host mount propagates in), remounts every
+``plan.PROC_READONLY`` entry of each proc mount read-only, checks each bind destination
+is the inode the launcher validated (sources walked without following symlinks right
+before bwrap starts: ``symlink_in_path``; a different inode: ``bind_source_changed``), drops every capability the policy does not
+keep (bounding set included; no_new_privs stays), then forks the command, which loads the
+seccomp programs and execs. It reaps, forwards SIGTERM/INT/HUP/QUIT/USR1/USR2 and reports
+the command's raw wait status on a pipe only it holds. ``as_pid_1`` or no pid namespace:
+the same init setup, then it execs the command in its own process (exec mode). Without
+the native module, or with a pid namespace and no procfs, the same init runs in Python
+(``_bwrap_pyinit.py``) where this interpreter is visible in the sandbox, else a pid
+namespace fails closed (``bwrap_init_unavailable``); a sandbox without a pid namespace
+(or as_pid_1) that shows no procfs runs without an init.
+
 Lifetime: bwrap is forked by one long-lived spawner thread with PR_SET_PDEATHSIG set
 before exec, so the sandbox dies with the launching process, not with the thread that
-called Popen; spawn returns once bwrap reported the sandbox (``--info-fd``) and the
-command was executed. If bwrap ends with exit 1 before that, the plan is probed again
-and a setup failure raises a typed error. ``BwrapChild.forward_signal`` signals the
-command itself (bwrap's pid 1 does not forward signals). Known gap: bwrap 0.8 binds
-its pid 1 to its own life late in setup; a launcher SIGKILLed in those milliseconds
-can leave the sandbox running.
+called Popen; spawn returns once our init reported the command exec'd (without it: once
+bwrap reported the sandbox, ``--info-fd``, and the command was seen executed). kill()
+SIGKILLs the sandbox's pid 1 by pidfd (the whole pid namespace dies) and bwrap.
+``BwrapChild.forward_signal`` signals our init, which forwards (without it: the command
+itself). Known gaps: as_pid_1, the command is pid 1 and may clear its own PDEATHSIG: a
+SIGKILLed launcher does not end it (``status`` info ``as_pid_1_lifetime``); bubblewrap
+0.8's child binds itself to bwrap only at the end of its setup, so a launcher SIGKILLed
+in those milliseconds can leave that child blocked in bwrap's setup (never our init or
+the command: the init exits at its lifeline check).
 
-Differences from the native backend: a command killed by signal N is reported as
-returncode 128+N (bwrap's pid 1 turns the signal into an exit status), where native
-reports -N. ``Policy.argv0`` needs bwrap >= 0.9 (``--argv0``).
+Exit status: a command killed by signal N is returncode -N, as on the native backend
+(our init reports the raw status); with as_pid_1 or without our init, bwrap's status
+(128+N). ``Policy.argv0`` needs bwrap >= 0.9 (``--argv0``) only without our init.
 """
 
 from __future__ import annotations
@@ -41,7 +63,7 @@ import threading
 from dataclasses import dataclass
 
 from .. import probe as _probe
-from ..errors import (BwrapOptionUnsupported, BwrapProbeFailed, PolicyError, Reason, SandboxError,
+from ..errors import (BackendUnavailable, BwrapOptionUnsupported, BwrapProbeFailed, PolicyError, Reason, SandboxError,
                       SetupError, error_for)
 from .. import plan as P
 from ..policy import Bind, Network, Overlay
@@ -58,6 +80,28 @@ def _octal(mode: int) -> str:
     return format(mode, "04o")
 
 
+def init_mode(plan: P.Plan) -> str | None:
+    """How our init runs for ``plan``: ``"fork"``: as pid 1 of the pid namespace (not
+    ``as_pid_1``), it forks the command, reaps and reports its status; ``"exec"``: a
+    setup step that execs the command in its own process (``as_pid_1``: the command is
+    pid 1; or no pid namespace); None: no init (the sandbox shows no procfs to exec it
+    through, and the command need not be forked)."""
+    if "pid" in plan.namespaces and not plan.policy.as_pid_1:
+        return "fork"
+    return "exec" if proc_in_sandbox(plan) is not None else None
+
+
+def uses_init(plan: P.Plan) -> bool:
+    """Whether our init is ``plan``'s pid 1 (a pid namespace, not ``as_pid_1``)."""
+    return init_mode(plan) == "fork"
+
+
+# What our init needs for its setup (a mount namespace of its own, the tree made private,
+# procfs entries remounted read-only, the bounding set cleared); it drops them before the
+# command is forked.
+INIT_CAPS = ("sys_admin", "setpcap")
+
+
 def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) -> list[tuple]:
     """The bwrap options for ``plan``, as a list of ``(option, *values)`` tuples.
 
@@ -65,6 +109,12 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     descriptor bwrap reads them from. ``network=False`` leaves out ``--unshare-net``
     (the filesystem half of a probe). ``probe=True`` replaces the caller's data
     descriptors (``File(fd=...)``) with empty data, so a probe consumes nothing.
+
+    With our init (:func:`init_mode`): ``--cap-add`` of :data:`INIT_CAPS` (the init
+    drops them), ``--as-pid-1`` (the init, or the command with ``as_pid_1``, is pid 1),
+    no ``--add-seccomp-fd`` and no ``--argv0`` (:func:`init_command` hands those to the
+    init). There is no init only when the sandbox shows no procfs (so nothing of
+    ``plan.PROC_READONLY`` to cover either).
 
     Raises:
         PolicyError: an op this renderer does not know (a bug, not user input).
@@ -80,9 +130,10 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     out.append(("--gid", str(idmap.gid)))
     # Always, whatever policy.die_with_parent says: invariant 4 of DESIGN.md.
     out.append(("--die-with-parent",))
-    if policy.as_pid_1:
+    init = init_mode(plan)
+    if policy.as_pid_1 or init == "fork":
         out.append(("--as-pid-1",))
-    if policy.argv0 is not None:
+    if policy.argv0 is not None and not init:
         out.append(("--argv0", policy.argv0))
     done: list = []
     for op in plan.ops:
@@ -92,10 +143,11 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
             out.append(("--disable-userns",))
         elif isinstance(op, P.DropCapabilities):
             out.append(("--cap-drop", "ALL"))
-            for cap in sorted(op.keep):
+            for cap in sorted(set(op.keep) | (set(INIT_CAPS) if init else set())):
                 out.append(("--cap-add", "CAP_" + cap.upper()))
         elif isinstance(op, P.Seccomp):
-            out.append(("--add-seccomp-fd", str(data_fd(op.program))))
+            if not init:
+                out.append(("--add-seccomp-fd", str(data_fd(op.program))))
         elif isinstance(op, P.NewSession):
             out.append(("--new-session",))
         elif isinstance(op, P.Chdir):
@@ -109,6 +161,212 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
         else:
             raise PolicyError(f"the bwrap backend cannot render {op!r}", Reason.INVALID_VALUE, op)
     return out
+
+
+def _join(dest: str, name: str) -> str:
+    return dest.rstrip("/") + "/" + name
+
+
+def _shadowed(i: int, ops) -> bool:
+    """Whether a mount op after ``ops[i]`` lands on its destination or an ancestor."""
+    dest = ops[i].dest
+    for later in ops[i + 1:]:
+        if not isinstance(later, (P.BindMount, P.MountTmpfs, P.MountOverlay, P.MountProc, P.MinimalDev,
+                                  P.MountMqueue)) and not (isinstance(later, P.WriteFile) and later.bind):
+            continue
+        d = later.dest
+        if d == dest or d == "/" or dest.startswith(d.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
+    """``(dest, st_dev, st_ino)`` of every bind of a host path, as the launcher finds the
+    source right before bwrap starts, without following any symlink (sources are
+    canonical: the policy resolved the ones the caller named). Our init checks each
+    destination is that inode before it forks the command; binds that a later mount
+    covers are left out.
+
+    Raises:
+        SetupError (symlink_in_path): a component of a source is a symlink now (as the
+            native backend says it).
+    """
+    ops = plan.mount_ops
+    out = []
+    for i, op in enumerate(ops):
+        if not isinstance(op, P.BindMount) or op.src is None or _shadowed(i, ops):
+            continue
+        st = _lstat_no_symlinks(op.src, op.optional)
+        if st is not None:
+            out.append((op.dest, st.st_dev, st.st_ino))
+    return out
+
+
+def _lstat_no_symlinks(path: str, optional: bool):
+    import errno
+    import stat as _stat
+    fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            try:
+                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if optional:
+                    return None
+                raise SetupError(f"bind source {path} vanished before the launch", Reason.BIND_SOURCE_MISSING,
+                                 stage="bind", errno=errno.ENOENT, filename=path) from None
+            os.close(fd)
+            fd = nxt
+            if _stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise SetupError(f"bind source {path}: {part} is a symlink now (it was not when the policy "
+                                 f"was made); refusing to follow it", Reason.SYMLINK_IN_PATH,
+                                 stage="bind", errno=errno.ELOOP, filename=path)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def proc_readonly_paths(plan: P.Plan) -> list[str]:
+    """Every ``plan.PROC_READONLY`` entry under each proc mount, for our init."""
+    return [_join(op.dest, name) for op in plan.mount_ops if isinstance(op, P.MountProc)
+            for name in P.PROC_READONLY]
+
+
+def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
+                 binds) -> list[str]:
+    """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
+    setup options (native/psb_bwrap_init.c), then the real command.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
+            /proc, through which bwrap could exec the init.
+    """
+    from ..policy import CAPABILITIES
+    proc = proc_in_sandbox(plan)
+    if init_fd is None:
+        proc = ""   # the Python init: exec'd by path, no procfs needed
+    elif proc is None:
+        raise BackendUnavailable(
+            "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
+            "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
+            Reason.BWRAP_INIT_UNAVAILABLE)
+    opts = ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
+    for path in proc_readonly_paths(plan):
+        opts += ["-r", path]
+    for dest, dev, ino in binds:
+        opts += ["-b", dest, str(dev), str(ino)]
+    keep = 0
+    for op in plan.ops:
+        if isinstance(op, P.Seccomp):
+            opts += ["-s", str(data_fd(op.program))]
+        elif isinstance(op, P.DropCapabilities):
+            for name in op.keep:
+                keep |= 1 << CAPABILITIES.index(name)
+    opts += ["-c", format(keep, "x")]
+    argv0 = plan.policy.argv0 if plan.policy.argv0 is not None else argv[0]
+    tail = [*opts, "--", exe, argv0, *argv[1:]]
+    if init_fd is None:
+        import sys
+        from ._bwrap_pyinit import SOURCE
+        return [sys.executable, "-I", "-S", "-c", SOURCE, str(status_w), "-1", *tail]
+    return [f"{_join(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *tail]
+
+
+def proc_in_sandbox(plan: P.Plan) -> str | None:
+    """A sandbox path where a procfs is visible at the end of the setup (a ``Proc``
+    mount not covered later, else the host's /proc shown through a bind: bwrap binds
+    are recursive), or None. bwrap execs our init through ``PATH/self/fd/N``."""
+    ops = plan.mount_ops
+    dests = [op.dest for op in ops if isinstance(op, P.MountProc)]
+    for dest in sorted(dests, key=lambda d: d != "/proc"):
+        _host, cover = P.host_path(_join(dest, "self"), ops)
+        if isinstance(cover, P.MountProc) and cover.dest == dest:
+            return dest
+    host, cover = P.host_path("/proc", ops)
+    if isinstance(cover, P.BindMount) and host == "/proc" and os.path.ismount("/proc") \
+            and os.path.isdir("/proc/self/fd"):
+        return "/proc"
+    return None
+
+
+def python_init_usable(plan: P.Plan) -> bool:
+    """Whether the fallback init (Python, when the native module is missing) can run in
+    ``plan``'s sandbox: this interpreter is visible there at its own path."""
+    import sys
+    host, _cover = P.host_path(sys.executable, plan.mount_ops)
+    return host == sys.executable and os.path.exists(sys.executable)
+
+
+def init_program(plan: P.Plan) -> int | None:
+    """The C init's memfd (O_PATH descriptor), or None for the Python fallback init.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): neither can run here.
+    """
+    try:
+        fd = init_memfd()
+    except BackendUnavailable:
+        if python_init_usable(plan):
+            return None
+        raise
+    if proc_in_sandbox(plan) is None and python_init_usable(plan):
+        return None   # no procfs to exec the C init through
+    return fd
+
+
+_init_lock = threading.Lock()
+_init_fd: int | None = None
+
+
+def init_memfd() -> int:
+    """An O_PATH descriptor of a sealed, execute-only memfd holding our init (made once
+    per process). Execute-only: exec of a file its process cannot read leaves it
+    undumpable from the first instruction.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): the native module (which carries
+            the init) is missing or was built without it, or memfds cannot be made.
+    """
+    global _init_fd
+    with _init_lock:
+        if _init_fd is not None:
+            return _init_fd
+        try:
+            from .. import _native
+            ptr = _native.ffi.new("const unsigned char **")
+            size = _native.lib.psb_bwrap_init_blob(ptr)
+            blob = bytes(_native.ffi.buffer(ptr[0], size))
+        except (ImportError, AttributeError) as exc:
+            raise BackendUnavailable(
+                f"the bwrap backend's init is carried by the native module, which is missing ({exc}); "
+                f"rebuild it (pip install -e .) or use as_pid_1=True", Reason.BWRAP_INIT_UNAVAILABLE) from None
+        if not blob:
+            raise BackendUnavailable("the native module was built without the bwrap init (no C compiler "
+                                     "for native/psb_bwrap_init.c)", Reason.BWRAP_INIT_UNAVAILABLE)
+        import fcntl
+        try:
+            try:
+                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | 0x0010)  # MFD_EXEC
+            except OSError:
+                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            try:
+                view = memoryview(blob)
+                while view:
+                    view = view[os.write(fd, view):]
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+                            | fcntl.F_SEAL_SEAL)
+                os.fchmod(fd, 0o111)
+                # Keep an O_PATH descriptor, not the writable one (exec would be ETXTBSY).
+                pfd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot make the bwrap init's memfd: {exc}",
+                                     Reason.BWRAP_INIT_UNAVAILABLE) from None
+        while pfd < 3:   # never shadow a stdio slot in bwrap
+            pfd = os.dup(pfd)   # the low one stays open; harmless
+        _init_fd = pfd
+        return pfd
 
 
 def _vanished_hide(op, done) -> bool:
@@ -269,22 +527,43 @@ def probe_failed(result: _probe.ProbeResult) -> str | None:
 
 @dataclass
 class BwrapChild:
-    """A running bwrap. ``pid``: bwrap itself (killing it kills the sandbox: every process
-    in it has PR_SET_PDEATHSIG); ``sandbox_pid``: the first process inside the new
-    namespaces (bwrap's pid 1, or the command with ``as_pid_1``), from ``--info-fd``."""
+    """A running bwrap. ``pid``: bwrap itself; ``sandbox_pid``: the first process inside
+    the new namespaces (our init, or the command with ``as_pid_1``), from ``--info-fd``.
+
+    With our init (``status_fd`` >= 0): the command's wait status comes from the init's
+    status pipe, which only the init holds; killing the init (pid 1) SIGKILLs the whole
+    pid namespace, and the init forwards the other signals to the command."""
 
     pid: int
     sandbox_pid: int | None = None
     as_pid_1: bool = False
     _popen: object = None
+    status_fd: int = -1
+    pidfd: int = -1
 
     def returncode(self, wait_status: int) -> int:
+        """The command's returncode (-N for signal N, as native): the init's report;
+        without one (the init was killed, or no init) bwrap's own status."""
+        fd = self.status_fd
+        if fd >= 0:
+            try:
+                data = os.read(fd, 4)
+            except OSError:
+                data = b""
+            if len(data) == 4:
+                return os.waitstatus_to_exitcode(int.from_bytes(data, "little"))
         return os.waitstatus_to_exitcode(wait_status)
 
     def forward_signal(self, sig: int) -> None:
-        """Deliver ``sig`` to the command (bwrap's pid 1 does not forward signals); when the
-        command is gone, to bwrap, whose death takes the sandbox with it."""
-        target = self.sandbox_pid if self.as_pid_1 else _first_child(self.sandbox_pid)
+        """Deliver ``sig`` to the command: through our init, which forwards it; without
+        an init to the command itself (bwrap's pid 1 does not forward signals); when
+        that is gone, to bwrap, whose death takes the sandbox with it."""
+        if self.status_fd >= 0:
+            if self._signal_pid1(sig):
+                return
+            target = None
+        else:
+            target = self.sandbox_pid if self.as_pid_1 else _first_child(self.sandbox_pid)
         for pid in ((target, self.pid) if target else (self.pid,)):
             try:
                 os.kill(pid, sig)
@@ -292,8 +571,81 @@ class BwrapChild:
             except ProcessLookupError:
                 continue
 
+    def kill_sandbox(self) -> None:
+        """SIGKILL the sandbox's pid 1 (its death kills every process of its pid
+        namespace), whatever the command did to its own PR_SET_PDEATHSIG; the caller
+        kills bwrap too."""
+        self._signal_pid1(9)
+
+    def _signal_pid1(self, sig: int) -> bool:
+        if self.pidfd < 0:
+            return False
+        import signal as _signal
+        try:
+            _signal.pidfd_send_signal(self.pidfd, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
     def close(self) -> None:
+        """Called once bwrap was reaped. Its pid 1 is gone then, unless bwrap itself was
+        killed before that pid 1 bound itself to bwrap's life: SIGKILL it (by pidfd:
+        never another process) so nothing outlives bwrap."""
         self._popen = None
+        self._signal_pid1(9)
+        for name in ("status_fd", "pidfd"):
+            fd = getattr(self, name)
+            setattr(self, name, -1)
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+def _pid1_fd(child_pid: int, bwrap_pid: int) -> int:
+    """A pidfd of bwrap's child (pid 1 of the sandbox), checked to be bwrap's child (not
+    a reused pid); -1 if it is gone already."""
+    try:
+        fd = os.pidfd_open(child_pid)
+    except OSError:
+        return -1
+    try:
+        with open(f"/proc/{child_pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        ppid = -1
+    if ppid != bwrap_pid:
+        os.close(fd)
+        return -1
+    return fd
+
+
+# Words on our init's status pipe (native/psb_bwrap_init.c).
+INIT_STARTED = 0x50534201
+INIT_FAILED = 0x50534202
+_INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
+                  5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline"}
+
+
+def _read_words(fd: int, count: int, timeout: float) -> list[int]:
+    """Up to ``count`` 4-byte words from ``fd`` (fewer at EOF or timeout)."""
+    import select
+    import time
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(data) < 4 * count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 4 * count - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]
 
 
 def _first_child(pid: int | None) -> int | None:
@@ -557,14 +909,23 @@ class BwrapBackend:
         command = list(launch.argv)
         if launch.executable is not None:
             command[0] = launch.executable
-        elif "/" not in command[0] and "PATH" not in launch.env:
-            command[0] = resolved   # execvp's default PATH differs from ours: be exact
+        elif "/" not in command[0] and ("PATH" not in launch.env or init_mode(plan) is not None):
+            command[0] = resolved   # execvp's default PATH differs from ours; our init does no search
+        exe = command[0]
+        init = init_mode(plan)
+        init_fd = init_program(plan) if init else -1
+        binds = bind_identities(plan) if init else []
         data = _DataFds()
         info_r, info_w = os.pipe()
+        status_r, status_w = os.pipe() if init else (-1, -1)
         try:
             options = render(plan, data)
             args_fd = data(_nul_joined(flatten(options)))
+            if init:
+                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
+            if init:
+                passed |= {status_w} | ({init_fd} if init_fd is not None else set())
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
             preexec = _pdeathsig_preexec(os.getpid())
             proc = _spawner.call(lambda: subprocess.Popen(
@@ -574,14 +935,23 @@ class BwrapBackend:
             proc._child_created = False
             os.close(info_w)
             info_w = -1
+            if status_w != -1:
+                os.close(status_w)   # only our init holds the write end now (and bwrap)
+                status_w = -1
             report = _read_info(info_r)
+        except BaseException:
+            if status_r != -1:
+                os.close(status_r)
+            raise
         finally:
             data.close()
-            for fd in (info_r, info_w):
+            for fd in (info_r, info_w, status_w):
                 if fd != -1:
                     os.close(fd)
         m = re.search(rb'"child-pid"\s*:\s*(\d+)', report)
         if m is None:
+            if status_r != -1:
+                os.close(status_r)
             # bwrap stopped before it created the sandbox; its message went to stderr.
             try:
                 code = proc.wait(timeout=30)
@@ -590,29 +960,78 @@ class BwrapBackend:
                 code = proc.wait()
             raise BwrapProbeFailed(f"bwrap exited ({code}) before it created the sandbox; "
                                    f"its message is on the command's stderr", Reason.BWRAP_PROBE_FAILED)
-        child = BwrapChild(proc.pid, int(m.group(1)), plan.policy.as_pid_1, proc)
+        sandbox_pid = int(m.group(1))
+        # sandbox_pid is the command itself unless bwrap runs its own pid 1 (no init of
+        # ours, a pid namespace, not as_pid_1): then it is that pid 1's first child
+        pid1 = "pid" in plan.namespaces and (plan.policy.as_pid_1 or init == "fork")
+        child = BwrapChild(proc.pid, sandbox_pid, plan.policy.as_pid_1 or init is not None, proc,
+                           status_fd=status_r, pidfd=_pid1_fd(sandbox_pid, proc.pid) if pid1 else -1)
         if launch.on_start is not None:
             try:
                 launch.on_start(child.sandbox_pid)
             except BaseException:
                 proc.kill()   # bwrap, our child: its death takes the sandbox with it
                 os.waitpid(proc.pid, 0)
+                child.close()
                 raise
-        if _wait_for_exec(child, info.path) == 1:
-            # bwrap exited 1 and the command was never seen running: a setup failure
-            # (the host changed since the probe) or a very fast command failing. Probe
-            # again with the same arguments: if setup fails now, say so, typed.
-            with self._lock:
-                self._checked.clear()
-            try:
-                self._probe_plan(info, plan)
-            except SandboxError as exc:
-                os.waitpid(proc.pid, 0)
-                if exc.reason != Reason.BWRAP_PROBE_FAILED:
-                    raise
-                raise SetupError(f"bwrap setup failed at launch: {_message(exc)}", Reason.SETUP_FAILED,
-                                 stage="bwrap") from exc
+        if init:
+            self._wait_for_init(child, proc, info, plan, exe)
+        elif _wait_for_exec(child, info.path) == 1:
+            self._setup_failed(proc, info, plan)
         return child
+
+    def _setup_failed(self, proc, info, plan) -> None:
+        """bwrap exited 1 and the command was never seen running: a setup failure (the
+        host changed since the probe) or a very fast command failing. Probe again with
+        the same arguments: if setup fails now, say so, typed."""
+        with self._lock:
+            self._checked.clear()
+        try:
+            self._probe_plan(info, plan)
+        except SandboxError as exc:
+            os.waitpid(proc.pid, 0)
+            if exc.reason != Reason.BWRAP_PROBE_FAILED:
+                raise
+            raise SetupError(f"bwrap setup failed at launch: {_message(exc)}", Reason.SETUP_FAILED,
+                             stage="bwrap") from exc
+
+    def _wait_for_init(self, child: BwrapChild, proc, info, plan, exe: str) -> None:
+        """Return once our init reported the command exec'd; raise the typed error (the
+        command never ran) if it reported a setup failure or bwrap ended first."""
+        import errno as _errno
+        words = _read_words(child.status_fd, 1, INFO_TIMEOUT)
+        if words == [INIT_STARTED]:
+            if init_mode(plan) == "exec":
+                # the command is exec'd in the init's process: its status is bwrap's
+                os.close(child.status_fd)
+                child.status_fd = -1
+            return
+        if words == [INIT_FAILED]:
+            what, detail = (_read_words(child.status_fd, 2, 5.0) + [0, 0])[:2]
+            os.waitpid(proc.pid, 0)
+            child.close()
+            stage = _INIT_FAILURES.get(what, f"step {what}")
+            if what == 7:   # exec
+                raise OSError(detail, os.strerror(detail), exe)
+            if what == 4:
+                raise SetupError(f"a bind's destination is not the inode the launcher validated (a symlink "
+                                 f"or another mount was swapped in before bwrap bound it); the command "
+                                 f"did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=_errno.ELOOP)
+            raise SetupError(f"the bwrap backend's init failed at its {stage} step "
+                             f"({os.strerror(detail) if what in (2, 5, 6, 8) and detail else detail}); "
+                             f"the command did not run", Reason.SETUP_FAILED, stage="init",
+                             errno=detail if what in (2, 5, 6, 8) else None)
+        # No report: bwrap's setup failed before it exec'd the init (or the init was killed).
+        try:
+            ended = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            ended = None
+        child.close()
+        if ended is not None and ended.si_code == os.CLD_EXITED and ended.si_status == 1:
+            self._setup_failed(proc, info, plan)
+        os.waitpid(proc.pid, 0)
+        raise SetupError("bwrap ended before its init reported the command started; its message is on "
+                         "the command's stderr", Reason.SETUP_FAILED, stage="bwrap")
 
     # -- status -----------------------------------------------------------------------
 
@@ -650,8 +1069,20 @@ class BwrapBackend:
             except SandboxError as exc:
                 network[mode] = CapabilityStatus(mode, False, exc.reason.value, _message(exc))
         own = network[policy.network.mode]
+        try:
+            init_memfd()
+            init_state = "psb-bwrap-init"
+        except SandboxError as exc:
+            # the Python fallback runs where this interpreter is visible in the sandbox
+            init_state = f"python (psb-bwrap-init unavailable: {exc.reason.value})"
         result = BackendStatus("bwrap", own.available, own.reason, own.detail, caps, network,
-                               {"path": info.path, "version": info.version, "setuid": info.setuid})
+                               {"path": info.path, "version": info.version, "setuid": info.setuid,
+                                # pid 1 with a pid namespace (not as_pid_1): our init, or why not
+                                "init": init_state,
+                                # as_pid_1: the command is pid 1 and may clear its own
+                                # PR_SET_PDEATHSIG: kill() still ends it (SIGKILL to pid 1),
+                                # a SIGKILLed launcher does not (README "Lifetime")
+                                "as_pid_1_lifetime": "command-controlled"})
         with self._lock:
             self._status[key] = result
         return result

@@ -897,7 +897,10 @@ def probe_native(policy=None) -> BackendStatus:
     # namespace, or as_pid_1: the command is pid 1 itself).
     init_needed = "pid" in policy.namespaces and not policy.as_pid_1
     init_mode = "none" if not init_needed else ("exec" if exec_init else "fork")
-    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": exec_init, "init_mode": init_mode}
+    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": exec_init, "init_mode": init_mode,
+            # as_pid_1: the command is pid 1 and may clear its own PR_SET_PDEATHSIG: kill()
+            # still ends it, a SIGKILLed launcher does not (README "Lifetime")
+            "as_pid_1_lifetime": "command-controlled"}
     if missing:
         first = missing[0]
         return BackendStatus("native", False, first.reason, f"{first.name}: {first.detail}",

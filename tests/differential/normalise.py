@@ -11,9 +11,11 @@ R1  Mount ids and parent ids are dropped; a mount is keyed by its mount point
     parent's mount point. Ids are kernel-global counters.
 R2  A device number ``major:minor`` is kept when the host has a mount of it (a
     bind of a host filesystem); a new anonymous superblock (tmpfs, proc, devpts,
-    mqueue made for the sandbox) is renamed ``new#k`` by first appearance, so two
-    mounts sharing one superblock still show it. The minor of a new superblock is
-    whatever the kernel's anonymous-device allocator hands out.
+    mqueue made for the sandbox) is renamed ``new#k``, k in the path order of the
+    first mount point showing it (not mountinfo order: a mount namespace copied from
+    another, as the bwrap backend's init makes, lists its mounts in tree order), so
+    two mounts sharing one superblock still show it. The minor of a new superblock
+    is whatever the kernel's anonymous-device allocator hands out.
 R3  A bind-mounted file whose backing file was unlinked during setup (bwrap's
     --ro-bind-data temp file, a hidden file's empty node) reports its root as
     ``<deleted>``. The temp name is random and unreachable from inside.
@@ -44,13 +46,18 @@ def normalise_mounts(mounts, host_devs: frozenset) -> list[dict]:
     if isinstance(mounts, dict):   # the probe could not read it
         return mounts
     by_id = {m["id"]: m for m in mounts}
-    new_devs: dict[str, str] = {}
+    # R2: numbered by the first mount point (in path order) that shows each new superblock
+    first: dict[str, tuple] = {}
+    for i, m in enumerate(mounts):
+        if m["dev"] not in host_devs:
+            first[m["dev"]] = min(first.get(m["dev"], (m["mountpoint"], i)), (m["mountpoint"], i))
+    new_devs = {dev: f"new#{k}" for k, dev in enumerate(sorted(first, key=first.get))}
     out = []
     covered = _covered(mounts)
     for i, m in enumerate(mounts):
         dev = m["dev"]
         if dev not in host_devs:                                       # R2
-            dev = new_devs.setdefault(dev, f"new#{len(new_devs)}")
+            dev = new_devs[dev]
         parent = by_id.get(m["parent"])
         root = "<deleted>" if _DELETED_ROOT.match(m["root"]) else m["root"]   # R3
         out.append({

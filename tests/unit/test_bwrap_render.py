@@ -29,6 +29,8 @@ HELP_08 = """usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]
     --die-with-parent            Kills with SIGKILL
     --new-session                Create a new terminal session
     --cap-drop CAP               Drop cap
+    --cap-add CAP                Add cap
+    --as-pid-1                   Do not install a reaper process with PID=1
     --chdir DIR                  Change directory to DIR
     --ro-bind SRC DEST           Bind readonly
     --bind SRC DEST              Bind
@@ -62,7 +64,9 @@ def test_default_policy_argv(tmp_path):
                  "--die-with-parent", "--new-session", "--disable-userns"):
         assert must in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
-    assert "--cap-add" not in argv
+    # our init runs as pid 1 with what its setup needs, and drops it (init_command's -c)
+    assert "--as-pid-1" in argv
+    assert sorted(argv[i + 1] for i, w in enumerate(argv) if w == "--cap-add") == ["CAP_SETPCAP", "CAP_SYS_ADMIN"]
     assert argv[argv.index("--uid") + 1] == "1000" and argv[argv.index("--gid") + 1] == "1001"
     assert argv[argv.index("--chdir") + 1] == str(wd)
     # mounts in policy order
@@ -71,11 +75,55 @@ def test_default_policy_argv(tmp_path):
     order = [argv.index(x) for x in ("--ro-bind", "--dev", "--proc", "--tmpfs", "--bind")]
     assert order == sorted(order)
     assert argv[argv.index("--bind") + 1:argv.index("--bind") + 3] == [str(wd), str(wd)]
-    # one seccomp fd per Seccomp op, carrying that program
+    # the seccomp programs go to the init (installed in the command only), one fd each
+    assert "--add-seccomp-fd" not in argv
+    progs = [op.program for op in plan.ops if isinstance(op, P.Seccomp)]
+    cmd = B.init_command(plan, 50, 51, data, "/bin/true", ["true", "x"], [("/", 1, 2)])
+    assert cmd[:3] == ["/proc/self/fd/50", "51", "50"]
+    fds = [cmd[i + 1] for i, w in enumerate(cmd) if w == "-s"]
+    assert len(fds) == len(progs) and [data.blobs[int(fd) - 100] for fd in fds] == progs
+    assert cmd[cmd.index("-c") + 1] == "0"
+    assert cmd[cmd.index("-b"):cmd.index("-b") + 4] == ["-b", "/", "1", "2"]
+    assert ["-r", "/proc/sys"] == cmd[cmd.index("-r"):cmd.index("-r") + 2]
+    assert {cmd[i + 1] for i, w in enumerate(cmd) if w == "-r"} == {"/proc/" + n for n in P.PROC_READONLY}
+    assert cmd[cmd.index("--"):] == ["--", "/bin/true", "true", "x"]
+
+
+def test_init_modes_and_no_init_render(tmp_path):
+    """as_pid_1: our init in exec mode (-x; the command stays pid 1); no procfs in the
+    sandbox and no pid namespace: no init, bwrap loads the seccomp programs and keeps
+    no capability; a pid namespace without a procfs fails closed."""
+    data = Counter()
+    plan = P.compile(Policy.default(as_pid_1=True, keep_authority_sockets=True), outer_ids=(1000, 1001))
+    argv = B.flatten(B.render(plan, data))
+    assert B.init_mode(plan) == "exec" and "--as-pid-1" in argv and "--add-seccomp-fd" not in argv
+    assert "-x" in B.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+    plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user"}), outer_ids=(1000, 1001))
+    assert B.init_mode(plan) is None
+    argv = B.flatten(B.render(plan, data))
+    assert "--cap-add" not in argv and "--as-pid-1" not in argv
     progs = [op.program for op in plan.ops if isinstance(op, P.Seccomp)]
     fds = [argv[i + 1] for i, w in enumerate(argv) if w == "--add-seccomp-fd"]
-    assert len(fds) == len(progs)
     assert [data.blobs[int(fd) - 100] for fd in fds] == progs
+    plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user", "pid"}), outer_ids=(1000, 1001))
+    assert B.init_mode(plan) == "fork"
+    with pytest.raises(BackendUnavailable) as exc:
+        B.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+    assert exc.value.reason == Reason.BWRAP_INIT_UNAVAILABLE
+
+
+def test_bind_identities_refuse_a_symlink_swapped_in(tmp_path):
+    real, other = tmp_path / "real", tmp_path / "other"
+    real.mkdir()
+    other.mkdir()
+    plan = P.compile(Policy(fs=(Bind(str(real), "/x"),)), outer_ids=(1000, 1001))
+    st = os.stat(real)
+    assert B.bind_identities(plan) == [("/x", st.st_dev, st.st_ino)]
+    real.rmdir()
+    real.symlink_to(other)
+    with pytest.raises(B.SetupError) as exc:
+        B.bind_identities(plan)
+    assert exc.value.reason == B.Reason.SYMLINK_IN_PATH
 
 
 def test_network_part_toggle():
@@ -99,7 +147,8 @@ def test_mount_ops_render_in_order(tmp_path):
     plan = P.compile(Policy(fs=fs), outer_ids=(0, 0))
     got = [o for o in B.render(plan, data) if o[0] not in (
         "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--uid", "--gid",
-        "--die-with-parent", "--disable-userns", "--cap-drop", "--new-session", "--chdir", "--add-seccomp-fd")]
+        "--die-with-parent", "--disable-userns", "--cap-drop", "--new-session", "--chdir", "--add-seccomp-fd",
+        "--as-pid-1", "--cap-add")]
     assert got == [
         ("--perms", "0755"), ("--size", str(1 << 20)), ("--tmpfs", "/"),
         ("--perms", "0700"), ("--dir", "/d"),

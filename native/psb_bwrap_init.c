@@ -1,0 +1,381 @@
+/* The bwrap backend's pid-1 init, as a freestanding static program (no libc).
+ * build_native.py compiles it and embeds the bytes in pysandbox._native; the bwrap
+ * backend puts it in a sealed, execute-only memfd and has bwrap exec it as the command
+ * under --as-pid-1 (through /proc/self/fd/N), so bwrap's own pid 1 (same uid,
+ * dumpable, ptraceable by the command) never exists.
+ *
+ * argv: psb-bwrap-init STATUS_FD SELF_FD [options] -- EXE ARGV0 ARGS...
+ *   -N            a new mount namespace (owned by our user namespace: bwrap may have
+ *                 entered a second one, with --disable-userns or for devpts, that does
+ *                 not own bwrap's mount namespace); its copies of bwrap's mounts are
+ *                 locked to the command
+ *   -P            make the whole mount tree private (MS_REC|MS_PRIVATE on /)
+ *   -r PATH       bind PATH on itself and remount it read-only (skipped if absent)
+ *   -b DEST DEV INO   fail closed unless lstat(DEST) has that st_dev and st_ino
+ *   -s FD         install the classic BPF program read from FD (in the command only)
+ *   -c MASK       the capabilities the command keeps (hex); all others are dropped
+ *                 from every set and the bounding set (needs CAP_SETPCAP)
+ *   -x            exec mode: no fork; after the setup, write STARTED and exec the
+ *                 command in this process (as_pid_1, or no pid namespace); an exec
+ *                 failure is FAILED after STARTED and exit 126
+ *
+ * Order: PR_SET_DUMPABLE 0 (the memfd is execute-only, so exec already made us
+ * undumpable), PR_SET_PDEATHSIG SIGKILL and a lifeline check (the status pipe's
+ * reader, the launcher, still exists), mounts, bind checks, capability drop; then the
+ * command is forked (signals restored, status pipe closed, seccomp installed) and
+ * exec'd. The init reaps orphans, forwards SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1
+ * SIGUSR2 to the command, and reports on the status pipe, 4-byte little-endian words:
+ *   STARTED                   the command was exec'd
+ *   FAILED, WHAT, DETAIL      setup failed (the command never ran): WHAT below,
+ *                             DETAIL an errno or an option index
+ *   STATUS                    the command's raw wait status (after STARTED), then
+ *                             the init exits with the command's code (128+N). */
+
+#if defined(__x86_64__)
+__asm__(".text\n.global _start\n_start:\n\txor %rbp,%rbp\n\tmov %rsp,%rdi\n\tand $-16,%rsp\n\tcall psb_binit_main\n\thlt\n");
+
+static long sys6(long n, long a, long b, long c, long d, long e, long f)
+{
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+#define NR_READ 0
+#define NR_WRITE 1
+#define NR_CLOSE 3
+#define NR_POLL 7
+#define NR_RT_SIGPROCMASK 14
+#define NR_FORK 57
+#define NR_EXECVE 59
+#define NR_EXIT 60
+#define NR_WAIT4 61
+#define NR_KILL 62
+#define NR_FCNTL 72
+#define NR_CAPGET 125
+#define NR_CAPSET 126
+#define NR_RT_SIGTIMEDWAIT 128
+#define NR_PRCTL 157
+#define NR_MOUNT 165
+#define NR_EXIT_GROUP 231
+#define NR_NEWFSTATAT 262
+#define NR_PIPE2 293
+#define NR_UNSHARE 272
+#else
+#error "psb_bwrap_init: unsupported architecture"
+#endif
+
+#define SIGHUP 1
+#define SIGINT 2
+#define SIGQUIT 3
+#define SIGKILL 9
+#define SIGUSR1 10
+#define SIGUSR2 12
+#define SIGTERM 15
+#define SIGCHLD 17
+#define WNOHANG 1
+#define PR_SET_PDEATHSIG 1
+#define PR_SET_DUMPABLE 4
+#define PR_SET_SECCOMP 22
+#define PR_CAPBSET_DROP 24
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_RAISE 2
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#define SECCOMP_MODE_FILTER 2
+#define MS_RDONLY 1
+#define MS_NOSUID 2
+#define MS_NODEV 4
+#define MS_NOEXEC 8
+#define MS_REMOUNT 32
+#define MS_BIND 4096
+#define MS_REC 16384
+#define MS_PRIVATE (1 << 18)
+#define CLONE_NEWNS 0x00020000
+#define AT_SYMLINK_NOFOLLOW 0x100
+#define AT_FDCWD -100
+#define F_SETFD 2
+#define FD_CLOEXEC 1
+#define O_CLOEXEC 02000000
+#define POLLOUT 4
+#define POLLERR 8
+#define POLLHUP 16
+#define ENOENT 2
+#define EINVAL 22
+#define EPERM 1
+
+#define W_STARTED 0x50534201
+#define W_FAILED 0x50534202
+/* WHAT of a failure */
+#define F_USAGE 1
+#define F_MOUNT_PRIVATE 2
+#define F_MOUNT_READONLY 3
+#define F_BIND_CHANGED 4
+#define F_CAPS 5
+#define F_SECCOMP 6
+#define F_EXEC 7
+#define F_FORK 8
+#define F_LIFELINE 9
+
+struct kstat {   /* x86_64 struct stat */
+    unsigned long st_dev, st_ino, st_nlink;
+    unsigned int st_mode, st_uid, st_gid, pad0;
+    unsigned long st_rdev;
+    long st_size, st_blksize, st_blocks;
+    unsigned long times[6];
+    long unused[3];
+};
+struct cap_header { unsigned int version; int pid; };
+struct cap_data { unsigned int effective, permitted, inheritable; };
+struct sock_fprog { unsigned short len; void *filter; };
+struct pollfd { int fd; short events, revents; };
+
+#define MAX_FILTERS 32
+#define FILTER_BYTES (4096 * 8)   /* BPF_MAXINSNS instructions */
+static unsigned char filters[MAX_FILTERS][FILTER_BYTES + 8];
+static unsigned short filter_len[MAX_FILTERS];
+
+static void __attribute__((noreturn)) quit(int code)
+{
+    for (;;)
+        sys6(NR_EXIT_GROUP, code, 0, 0, 0, 0, 0);
+}
+
+static int streq(const char *a, const char *b)
+{
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
+}
+
+static long parse(const char *s, int base)
+{
+    unsigned long v = 0;
+    if (s == 0 || *s == 0)
+        return -1;
+    for (; *s; s++) {
+        int d;
+        if (*s >= '0' && *s <= '9')
+            d = *s - '0';
+        else if (base == 16 && *s >= 'a' && *s <= 'f')
+            d = *s - 'a' + 10;
+        else
+            return -1;
+        v = v * (unsigned long)base + (unsigned long)d;
+    }
+    return (long)v;
+}
+
+static long status_fd = -1;
+
+static void put(unsigned int word)
+{
+    sys6(NR_WRITE, status_fd, (long)&word, sizeof word, 0, 0, 0);
+}
+
+static void __attribute__((noreturn)) fail(unsigned int what, long detail)
+{
+    unsigned int words[3] = { W_FAILED, what, (unsigned int)detail };
+    sys6(NR_WRITE, status_fd, (long)words, sizeof words, 0, 0, 0);
+    quit(126);
+}
+
+void __attribute__((noreturn, used)) psb_binit_main(long *sp)
+{
+    long argc = sp[0];
+    char **argv = (char **)(sp + 1);
+    char **envp = argv + argc + 1;
+    /* First: nothing in the sandbox may ptrace us (already so: exec of an unreadable file). */
+    sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
+    if (argc < 3)
+        quit(127);
+    status_fd = parse(argv[1], 10);
+    long self_fd = parse(argv[2], 10);
+    if (status_fd < 3)
+        quit(127);
+    sys6(NR_FCNTL, status_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
+    if (self_fd >= 3)
+        sys6(NR_CLOSE, self_fd, 0, 0, 0, 0, 0);
+    /* Die with bwrap (set by bwrap's --die-with-parent too; set again, nothing undid it
+     * yet), and check the launcher still exists: the status pipe has a reader. */
+    sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    struct pollfd pfd = { (int)status_fd, POLLOUT, 0 };
+    if (sys6(NR_POLL, (long)&pfd, 1, 0, 0, 0, 0) < 0 || (pfd.revents & (POLLERR | POLLHUP)))
+        quit(125);
+    unsigned long set = (1UL << (SIGHUP - 1)) | (1UL << (SIGINT - 1)) | (1UL << (SIGQUIT - 1)) |
+                        (1UL << (SIGUSR1 - 1)) | (1UL << (SIGUSR2 - 1)) | (1UL << (SIGTERM - 1)) |
+                        (1UL << (SIGCHLD - 1));
+    unsigned long oldset = 0;
+    sys6(NR_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, (long)&set, (long)&oldset, 8, 0, 0);
+
+    long i = 3;
+    int nfilters = 0;
+    long capmask = -1;
+    int exec_mode = 0;
+    for (; i < argc && !streq(argv[i], "--"); i++) {
+        const char *o = argv[i];
+        if (streq(o, "-N")) {
+            long r = sys6(NR_UNSHARE, CLONE_NEWNS, 0, 0, 0, 0, 0);
+            if (r < 0)
+                fail(F_MOUNT_PRIVATE, -r);
+        } else if (streq(o, "-P")) {
+            long r = sys6(NR_MOUNT, 0, (long)"/", 0, MS_REC | MS_PRIVATE, 0, 0);
+            if (r < 0)
+                fail(F_MOUNT_PRIVATE, -r);
+        } else if (streq(o, "-r") && i + 1 < argc) {
+            const char *p = argv[++i];
+            struct kstat st;
+            long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
+            if (r == -ENOENT)
+                continue;
+            if (r == 0)
+                r = sys6(NR_MOUNT, (long)p, (long)p, 0, MS_BIND | MS_REC, 0, 0);
+            if (r == 0)
+                r = sys6(NR_MOUNT, 0, (long)p, 0, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                         0, 0);
+            if (r < 0)
+                fail(F_MOUNT_READONLY, i);
+        } else if (streq(o, "-b") && i + 3 < argc) {
+            const char *p = argv[i + 1];
+            long dev = parse(argv[i + 2], 10), ino = parse(argv[i + 3], 10);
+            struct kstat st;
+            long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
+            if (r < 0 || (long)st.st_dev != dev || (long)st.st_ino != ino)
+                fail(F_BIND_CHANGED, i);
+            i += 3;
+        } else if (streq(o, "-s") && i + 1 < argc) {
+            if (nfilters >= MAX_FILTERS)
+                fail(F_SECCOMP, i);
+            long fd = parse(argv[++i], 10);
+            long got = 0, r;
+            while (got <= FILTER_BYTES &&
+                   (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
+                got += r;
+            if (fd < 0 || got <= 0 || got % 8 != 0 || got > FILTER_BYTES)
+                fail(F_SECCOMP, i);
+            sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
+            filter_len[nfilters++] = (unsigned short)(got / 8);
+        } else if (streq(o, "-x")) {
+            exec_mode = 1;
+        } else if (streq(o, "-c") && i + 1 < argc) {
+            capmask = parse(argv[++i], 16);
+            if (capmask < 0)
+                fail(F_USAGE, i);
+        } else {
+            fail(F_USAGE, i);
+        }
+    }
+    if (i + 2 >= argc)
+        fail(F_USAGE, i);
+    char *exe = argv[i + 1];
+    char **cargv = argv + i + 2;
+
+    if (capmask >= 0) {
+        /* The bounding set first (needs CAP_SETPCAP), then every other set. */
+        for (long cap = 0; cap < 64; cap++) {
+            if (capmask & (1L << cap))
+                continue;
+            long r = sys6(NR_PRCTL, PR_CAPBSET_DROP, cap, 0, 0, 0, 0);
+            if (r == -EINVAL)
+                break;   /* past the last capability */
+            if (r < 0)
+                fail(F_CAPS, -r);
+        }
+        if (sys6(NR_PRCTL, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0) < 0)
+            fail(F_CAPS, 0);
+        struct cap_header h = { 0x20080522, 0 };
+        struct cap_data d[2];
+        for (int k = 0; k < 2; k++) {
+            unsigned int m = (unsigned int)((unsigned long)capmask >> (32 * k));
+            d[k].effective = d[k].permitted = d[k].inheritable = m;
+        }
+        long r = sys6(NR_CAPSET, (long)&h, (long)d, 0, 0, 0, 0);
+        if (r < 0)
+            fail(F_CAPS, -r);
+        for (long cap = 0; cap < 64; cap++)
+            if (capmask & (1L << cap))
+                sys6(NR_PRCTL, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0, 0);
+        struct cap_data back[2];
+        struct cap_header h2 = { 0x20080522, 0 };
+        if (sys6(NR_CAPGET, (long)&h2, (long)back, 0, 0, 0, 0) < 0)
+            fail(F_CAPS, 0);
+        for (int k = 0; k < 2; k++)
+            if (back[k].effective != d[k].effective || back[k].permitted != d[k].permitted)
+                fail(F_CAPS, EPERM);
+    }
+
+    if (exec_mode) {
+        sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
+        for (int k = 0; k < nfilters; k++) {
+            struct sock_fprog prog = { filter_len[k], filters[k] };
+            long e = sys6(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog, 0, 0, 0);
+            if (e < 0)
+                fail(F_SECCOMP, -e);
+        }
+        put(W_STARTED);   /* the status pipe is close-on-exec: the command never holds it */
+        long e = sys6(NR_EXECVE, (long)exe, (long)cargv, (long)envp, 0, 0, 0);
+        fail(F_EXEC, -e);
+    }
+
+    int epipe[2];
+    long r = sys6(NR_PIPE2, (long)epipe, O_CLOEXEC, 0, 0, 0, 0);
+    if (r < 0)
+        fail(F_FORK, -r);
+    long cmd = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
+    if (cmd < 0)
+        fail(F_FORK, -cmd);
+    if (cmd == 0) {
+        /* The command: nothing of the init's reaches it (status pipe closed). */
+        sys6(NR_CLOSE, status_fd, 0, 0, 0, 0, 0);
+        sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
+        sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
+        long err = 0;
+        for (int k = 0; k < nfilters && err == 0; k++) {
+            struct sock_fprog prog = { filter_len[k], filters[k] };
+            long e = sys6(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog, 0, 0, 0);
+            if (e < 0)
+                err = (F_SECCOMP << 16) | (-e & 0xffff);
+        }
+        if (err == 0) {
+            long e = sys6(NR_EXECVE, (long)exe, (long)cargv, (long)envp, 0, 0, 0);
+            err = (F_EXEC << 16) | (-e & 0xffff);
+        }
+        unsigned int w = (unsigned int)err;
+        sys6(NR_WRITE, epipe[1], (long)&w, sizeof w, 0, 0, 0);
+        for (;;)
+            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+    }
+    sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
+    unsigned int err = 0;
+    long got = 0;
+    while ((r = sys6(NR_READ, epipe[0], (long)&err, sizeof err, 0, 0, 0)) == -4 /* EINTR */)
+        ;
+    got = r;
+    sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
+    if (got == sizeof err) {
+        int st;
+        sys6(NR_WAIT4, cmd, (long)&st, 0, 0, 0, 0);
+        fail(err >> 16, err & 0xffff);
+    }
+    put(W_STARTED);
+
+    long info[16];
+    for (;;) {
+        for (;;) {
+            int st = 0;
+            long p = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0);
+            if (p <= 0)
+                break;
+            if (p == cmd) {
+                put((unsigned int)st);
+                int sig = st & 0x7f;
+                quit(sig == 0 ? (st >> 8) & 0xff : 128 + sig);
+            }
+        }
+        long sig = sys6(NR_RT_SIGTIMEDWAIT, (long)&set, (long)info, 0, 8, 0, 0);
+        if (sig > 0 && sig != SIGCHLD)
+            sys6(NR_KILL, cmd, sig, 0, 0, 0, 0);
+    }
+}

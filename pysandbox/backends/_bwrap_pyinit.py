@@ -1,0 +1,170 @@
+"""The bwrap backend's init in Python: the fallback when the native module (which carries
+native/psb_bwrap_init.c) is missing. Same argv and status-pipe protocol as the C init;
+run as ``python -I -S -c SOURCE STATUS_FD -1 [options] -- EXE ARGV0 ARGS...``.
+
+It makes itself undumpable first (until then it is dumpable, but the command does not
+exist yet: nothing in the sandbox could ptrace it), then does what the C init does.
+``SOURCE`` is this module's text below the marker line: only the standard library."""
+
+SOURCE = r'''
+import ctypes, os, select, signal, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(4, 0, 0, 0, 0)                          # PR_SET_DUMPABLE 0, first
+a = sys.argv[1:]
+sfd = int(a[0])
+def put(*w):
+    os.write(sfd, struct.pack("<%dI" % len(w), *w))
+def fail(what, detail):
+    try:
+        put(0x50534202, what, detail & 0xffffffff)
+    finally:
+        os._exit(126)
+def err():
+    return ctypes.get_errno()
+os.set_inheritable(sfd, False)
+libc.prctl(1, 9, 0, 0, 0)                          # PR_SET_PDEATHSIG SIGKILL
+poller = select.poll()
+poller.register(sfd, select.POLLOUT)
+if any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0)):
+    os._exit(125)                                  # the launcher is gone
+SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM,
+        signal.SIGCHLD}
+old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+i, filters, caps, exec_mode = 2, [], None, False
+while i < len(a) and a[i] != "--":
+    o = a[i]
+    if o == "-N":
+        if libc.unshare(0x20000) != 0:
+            fail(2, err())
+    elif o == "-P":
+        if libc.mount(None, b"/", None, (1 << 14) | (1 << 18), None) != 0:
+            fail(2, err())
+    elif o == "-r":
+        i += 1
+        p = os.fsencode(a[i])
+        if os.path.lexists(p) and (libc.mount(p, p, None, 4096 | 16384, None) != 0 or
+                                   libc.mount(None, p, None, 32 | 4096 | 1 | 2 | 4 | 8, None) != 0):
+            fail(3, i)
+    elif o == "-b":
+        try:
+            st = os.lstat(a[i + 1])
+            ok = (st.st_dev, st.st_ino) == (int(a[i + 2]), int(a[i + 3]))
+        except OSError:
+            ok = False
+        if not ok:
+            fail(4, i)
+        i += 3
+    elif o == "-s":
+        i += 1
+        fd = int(a[i])
+        data = b""
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        os.close(fd)
+        if not data or len(data) % 8 or len(data) > 4096 * 8:
+            fail(6, i)
+        filters.append(data)
+    elif o == "-c":
+        i += 1
+        caps = int(a[i], 16)
+    elif o == "-x":
+        exec_mode = True
+    else:
+        fail(1, i)
+    i += 1
+if i + 2 >= len(a):
+    fail(1, i)
+exe, argv = os.fsencode(a[i + 1]), [os.fsencode(x) for x in a[i + 2:]]
+if caps is not None:
+    for cap in range(64):
+        if caps >> cap & 1:
+            continue
+        if libc.prctl(24, cap, 0, 0, 0) != 0:
+            if err() == 22:
+                break
+            fail(5, err())
+    if libc.prctl(47, 4, 0, 0, 0) != 0:
+        fail(5, err())
+    class H(ctypes.Structure):
+        _fields_ = [("v", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class D(ctypes.Structure):
+        _fields_ = [("e", ctypes.c_uint32), ("p", ctypes.c_uint32), ("i", ctypes.c_uint32)]
+    d = (D * 2)()
+    for k in range(2):
+        m = (caps >> (32 * k)) & 0xffffffff
+        d[k] = D(m, m, m)
+    if libc.capset(ctypes.byref(H(0x20080522, 0)), d) != 0:
+        fail(5, err())
+    for cap in range(64):
+        if caps >> cap & 1:
+            libc.prctl(47, 2, cap, 0, 0)
+    back = (D * 2)()
+    if libc.capget(ctypes.byref(H(0x20080522, 0)), back) != 0 or \
+            any((back[k].e, back[k].p) != (d[k].e, d[k].p) for k in range(2)):
+        fail(5, 1)
+class F(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+bufs = [ctypes.create_string_buffer(f, len(f)) for f in filters]
+def apply_filters():
+    for f, buf in zip(filters, bufs):
+        prog = F(len(f) // 8, ctypes.cast(buf, ctypes.c_void_p))
+        if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+            return err()
+    return 0
+env = dict(os.environb)
+if exec_mode:
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    e = apply_filters()
+    if e:
+        fail(6, e)
+    put(0x50534201)
+    try:
+        os.execve(exe, argv, env)
+    except OSError as x:
+        fail(7, x.errno)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(sfd)
+    os.close(r)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    e = apply_filters()
+    if e:
+        e = (6 << 16) | (e & 0xffff)
+    else:
+        try:
+            os.execve(exe, argv, env)
+        except OSError as x:
+            e = (7 << 16) | (x.errno & 0xffff)
+    os.write(w, struct.pack("<I", e))
+    os._exit(127)
+os.close(w)
+got = os.read(r, 4)
+os.close(r)
+if len(got) == 4:
+    os.waitpid(pid, 0)
+    e = struct.unpack("<I", got)[0]
+    fail(e >> 16, e & 0xffff)
+put(0x50534201)
+while True:
+    while True:
+        try:
+            p, st = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            p = 0
+        if p == 0:
+            break
+        if p == pid:
+            put(st & 0xffffffff)
+            os._exit(os.waitstatus_to_exitcode(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
+    sig = signal.sigwaitinfo(SIGS).si_signo
+    if sig != signal.SIGCHLD:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+'''
