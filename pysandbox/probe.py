@@ -98,7 +98,10 @@ def locate_bwrap(explicit: str | None = None, *, writable=(), search_path: str |
             sandbox can write.
     """
     named = explicit if explicit is not None else os.environ.get(ENV_BWRAP) or None
-    writable = [os.path.realpath(w) for w in writable]
+    # Not realpath: the policy's host paths are canonical since the policy was built, and a
+    # symlink swapped into one since (refused at launch: symlink_in_path) must not decide
+    # which bwrap runs here.
+    writable = [os.path.normpath(w) for w in writable]
     if named is not None:
         where = "the bwrap argument" if explicit is not None else f"${ENV_BWRAP}"
         if not os.path.isabs(named):

@@ -904,6 +904,9 @@ class BwrapBackend:
         import subprocess
 
         from ..process import find_executable
+        # First, with or without our init: a source swapped for a symlink since the policy
+        # was built is refused before anything (the bwrap lookup below) follows it.
+        binds = bind_identities(plan)
         info = self.check(plan)
         resolved = find_executable(plan, launch.argv[0], launch.env)
         command = list(launch.argv)
@@ -914,7 +917,6 @@ class BwrapBackend:
         exe = command[0]
         init = init_mode(plan)
         init_fd = init_program(plan) if init else -1
-        binds = bind_identities(plan) if init else []
         data = _DataFds()
         info_r, info_w = os.pipe()
         status_r, status_w = os.pipe() if init else (-1, -1)
@@ -1016,7 +1018,7 @@ class BwrapBackend:
             if what == 4:
                 raise SetupError(f"a bind's destination is not the inode the launcher validated (a symlink "
                                  f"or another mount was swapped in before bwrap bound it); the command "
-                                 f"did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=_errno.ELOOP)
+                                 "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=_errno.ELOOP)
             raise SetupError(f"the bwrap backend's init failed at its {stage} step "
                              f"({os.strerror(detail) if what in (2, 5, 6, 8) and detail else detail}); "
                              f"the command did not run", Reason.SETUP_FAILED, stage="init",

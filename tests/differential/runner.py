@@ -10,7 +10,6 @@ so each backend reads the same bytes.
 from __future__ import annotations
 
 import json
-import re
 import os
 import shutil
 import sys
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 
 import pysandbox
 from pysandbox import policy as P
-from pysandbox.plan import PROC_READONLY
 
 from . import hostcheck
 from .normalise import diff, flatten  # noqa: F401 (re-exported for tests)
@@ -299,7 +297,6 @@ def _compare_once(name, policy, world, backends) -> Verdict:
     diffs = []
     for other in flats[1:]:
         diffs += diff(flats[0], other)
-    diffs = _pending_proc_covers(diffs, backends)
     failed = ["pid" not in d for d in docs]
     refused = [d.get("reason") == "bwrap_option_unsupported" for d in docs]
     failure = None
@@ -323,34 +320,6 @@ def _compare_once(name, policy, world, backends) -> Verdict:
     out = Verdict(name, policy, verdict, diffs, changes, failure, time.monotonic() - start, tuple(backends))
     out.delta = delta
     out.pre_host_verdict = pre_host_verdict
-    return out
-
-
-_MOUNT_FIELD = re.compile(r"^mount (.+)#\d+\.([a-z]+)$")
-
-
-def _pending_proc_covers(diffs, backends):
-    """TRANSITIONAL, remove when branch bwrap-life (the bwrap backend rendering
-    plan.PROC_READONLY after --proc) is merged: native covers every host-global entry
-    of a procfs read-only (issue 12 item 1); bwrap 0.8 on its own only where
-    access(W_OK) succeeds. Drop those re-bind mounts (a proc mount on <proc>/<entry>)
-    when they are native-only, and the mount count they add."""
-    if tuple(backends) != ("native", "bwrap"):
-        return diffs
-    extra = set()
-    for f, a, b in diffs:
-        m = _MOUNT_FIELD.match(f)
-        if m and m.group(2) == "fstype" and a == "proc" and b == "<absent>" and \
-                m.group(1).rsplit("/", 1)[-1] in PROC_READONLY:
-            extra.add(m.group(1))
-    out = []
-    for d in diffs:
-        m = _MOUNT_FIELD.match(d[0])
-        if m and m.group(1) in extra and d[2] == "<absent>":
-            continue
-        if d[0] == "mounts.count" and isinstance(d[1], int) and isinstance(d[2], int) and d[1] - d[2] == len(extra):
-            continue
-        out.append(d)
     return out
 
 

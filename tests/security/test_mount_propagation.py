@@ -77,8 +77,6 @@ def _with_shared_dir(tmp_path, fn):
 def test_host_mount_after_launch_is_not_received(backend, tmp_path, as_pid_1):
     policy = pysandbox.Policy.default(ro=[str(tmp_path)], as_pid_1=as_pid_1)
     got = _with_shared_dir(tmp_path, lambda base, fifo: _run(backend, base, fifo, policy))
-    if backend == "native" and got == "SEEN":
-        pytest.xfail("native side of issue 12 item 8 is another branch's; this passes once it lands")
     assert got == "UNSEEN"
 
 

@@ -22,10 +22,8 @@ from tests.support import host_capability, need
 
 pytestmark = pytest.mark.requires("userns")
 
-BWRAP_LATER = pytest.mark.xfail(strict=False, reason="bwrap side in branch bwrap-life")
 
-
-@pytest.fixture(params=["native", pytest.param("bwrap", marks=BWRAP_LATER)])
+@pytest.fixture(params=["native", "bwrap"])
 def any_backend(request):
     why = host_capability(request.param)
     if why is not None:
@@ -56,20 +54,23 @@ step("open"); attempt("pressure", lambda: open_only("/proc/pressure/cpu") if os.
 step("open"); attempt("control_comm", lambda: write_back("/proc/self/comm"))
 step("open"); attempt("control_tmp", lambda: open_only("/tmp/x") if open("/tmp/x", "w") else None)
 RESULTS["mounts"] = [l.split()[4] for l in open("/proc/self/mountinfo") if l.split()[4].startswith("/proc/")]
+RESULTS["conf"] = sorted(os.listdir("/proc/sys/net/ipv4/conf"))
 done()
 '''
 
 
-@pytest.mark.parametrize("uid", [None, 0])
-def test_host_knobs_read_only(any_backend, uid):
+@pytest.mark.parametrize("uid,as_pid_1", [(None, False), (0, False), (None, True)])
+def test_host_knobs_read_only(any_backend, uid, as_pid_1):
     """core_pattern (written back with its own value), drop_caches, sysrq-trigger and PSI
-    triggers cannot be opened for writing; /proc/self/comm (per process) and /tmp can."""
+    triggers cannot be opened for writing; /proc/self/comm (per process) and /tmp can;
+    the sysctls still show the sandbox's own network namespace (only lo)."""
     if os.geteuid() == 0:
         # Live control outside: the host lets this caller write the knob (opened only).
         fd = os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)
         os.close(fd)
-    policy = pysandbox.Policy.default(uid=uid, gid=uid)
+    policy = pysandbox.Policy.default(uid=uid, gid=uid, as_pid_1=as_pid_1)
     res = oracles.run_probe(KNOBS_SCRIPT, policy, any_backend)
+    assert res["conf"] == ["all", "default", "lo"], res["conf"]
     assert res["control_comm"]["ok"], res["control_comm"]
     assert res["control_tmp"]["ok"], res["control_tmp"]
     absent = () if os.path.exists("/proc/sysrq-trigger") else ("ENOENT",)   # CONFIG_MAGIC_SYSRQ=n
@@ -79,7 +80,9 @@ def test_host_knobs_read_only(any_backend, uid):
         assert res[name]["errname"] in allowed, (name, res[name])
     if res["pressure"].get("errname") != "ENOENT":
         assert res["pressure"]["ok"] is False, res["pressure"]
-    assert "/proc/sys" in res["mounts"], res["mounts"]
+    for name in PROC_READONLY:
+        if os.path.lexists("/proc/" + name):
+            assert "/proc/" + name in res["mounts"], (name, res["mounts"])
 
 
 def test_every_proc_cover_is_in_plan():

@@ -24,10 +24,9 @@ from tests.support import host_capability, need
 
 pytestmark = pytest.mark.requires("userns")
 
-BWRAP_LATER = pytest.mark.xfail(strict=False, reason="bwrap side in branch bwrap-life")
 
 
-@pytest.fixture(params=["native", pytest.param("bwrap", marks=BWRAP_LATER)])
+@pytest.fixture(params=["native", "bwrap"])
 def any_backend(request):
     why = host_capability(request.param)
     if why is not None:
