@@ -1909,7 +1909,7 @@ int psb_init_memfd(void)
     /* Execute-only: a program that its process cannot read is exec'd non-dumpable
      * (the kernel's would_dump), so the sandbox cannot ptrace its init even in the
      * instant before the init's own PR_SET_DUMPABLE. */
-    if (psb_write_all(fd, (const char *)psb_init_blob, psb_init_blob_len) != 0 ||
+    if (psb_write_all(fd, (const char *)psb_init_blob_data, psb_init_blob_len) != 0 ||
         fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0 ||
         fchmod(fd, 0111) != 0) {
         int saved = errno;

@@ -32,18 +32,9 @@
  *                             the init exits with the command's code (128+N). */
 
 #if defined(__x86_64__)
-__asm__(".text\n.global _start\n_start:\n\txor %rbp,%rbp\n\tmov %rsp,%rdi\n\tand $-16,%rsp\n\tcall psb_binit_main\n\thlt\n");
+#include "psb_freestanding.h"
+PSB_START(psb_binit_main);
 
-static long sys6(long n, long a, long b, long c, long d, long e, long f)
-{
-    long ret;
-    register long r10 __asm__("r10") = d;
-    register long r8 __asm__("r8") = e;
-    register long r9 __asm__("r9") = f;
-    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
-                     : "rcx", "r11", "memory");
-    return ret;
-}
 #define NR_READ 0
 #define NR_WRITE 1
 #define NR_CLOSE 3

@@ -30,10 +30,9 @@ def _mount(*args):
     subprocess.run(["mount", *args], check=True, capture_output=True)
 
 
-def _run(backend, base, fifo, policy):
-    # spawn returns once the command runs: the sandbox's mounts are all made
-    proc = pysandbox.Popen([sys.executable, "-I", "-c", PROBE, str(base), str(fifo)], policy=policy,
-                           backend=backend, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _exchange(proc, base, fifo) -> str:
+    """With the sandbox set up and its probe blocked on the fifo: mount a tmpfs under the
+    shared ``base`` on the host, write the marker, release the probe, take its answer."""
     try:
         sub = base / "sub"
         _mount("-t", "tmpfs", "-o", "size=64k", "psb-propagation-test", str(sub))
@@ -49,6 +48,13 @@ def _run(backend, base, fifo, policy):
         proc.wait()
     assert proc.returncode == 0, err
     return out.decode().strip()
+
+
+def _run(backend, base, fifo, policy):
+    # spawn returns once the command runs: the sandbox's mounts are all made
+    proc = pysandbox.Popen([sys.executable, "-I", "-c", PROBE, str(base), str(fifo)], policy=policy,
+                           backend=backend, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return _exchange(proc, base, fifo)
 
 
 def _shared_dir(tmp_path):
@@ -96,24 +102,12 @@ def test_control_bwrap_itself_receives_the_host_mount(tmp_path):
     def run(base, fifo):
         proc = subprocess.Popen([*prefix, sys.executable, "-I", "-c", PROBE, str(base), str(fifo)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        try:
-            sub = base / "sub"
-            # bwrap has set up its mounts once it runs the probe, which blocks on the fifo
-            from tests.support import wait_until
-            from tests.support import processes_with
-            assert wait_until(lambda: any(cmd.startswith(sys.executable.encode() + b"\0")
-                                          for _pid, cmd in processes_with(str(fifo))))
-            _mount("-t", "tmpfs", "-o", "size=64k", "psb-propagation-test", str(sub))
-            try:
-                (sub / "marker").write_text("host mount")
-                with open(fifo, "w") as f:
-                    f.write("go")
-                out, err = proc.communicate(timeout=60)
-            finally:
-                subprocess.run(["umount", str(sub)], capture_output=True)
-        finally:
+        # bwrap has set up its mounts once it runs the probe, which blocks on the fifo
+        from tests.support import processes_with, wait_until
+        if not wait_until(lambda: any(cmd.startswith(sys.executable.encode() + b"\0")
+                                      for _pid, cmd in processes_with(str(fifo)))):
             proc.kill()
             proc.wait()
-        assert proc.returncode == 0, err
-        return out.decode().strip()
+            pytest.fail("bwrap's probe never started")
+        return _exchange(proc, base, fifo)
     assert _with_shared_dir(tmp_path, run) == "SEEN"

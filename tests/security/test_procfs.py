@@ -18,17 +18,9 @@ import pytest
 import pysandbox
 from pysandbox.plan import PROC_READONLY
 from tests.security import oracles
-from tests.support import host_capability, need
 
 pytestmark = pytest.mark.requires("userns")
 
-
-@pytest.fixture(params=["native", "bwrap"])
-def any_backend(request):
-    why = host_capability(request.param)
-    if why is not None:
-        need(request.param, why)
-    return request.param
 
 
 KNOBS_SCRIPT = oracles.PRELUDE + r'''
@@ -60,7 +52,7 @@ done()
 
 
 @pytest.mark.parametrize("uid,as_pid_1", [(None, False), (0, False), (None, True)])
-def test_host_knobs_read_only(any_backend, uid, as_pid_1):
+def test_host_knobs_read_only(backend, uid, as_pid_1):
     """core_pattern (written back with its own value), drop_caches, sysrq-trigger and PSI
     triggers cannot be opened for writing; /proc/self/comm (per process) and /tmp can;
     the sysctls still show the sandbox's own network namespace (only lo)."""
@@ -69,7 +61,7 @@ def test_host_knobs_read_only(any_backend, uid, as_pid_1):
         fd = os.open("/proc/sys/kernel/core_pattern", os.O_WRONLY)
         os.close(fd)
     policy = pysandbox.Policy.default(uid=uid, gid=uid, as_pid_1=as_pid_1)
-    res = oracles.run_probe(KNOBS_SCRIPT, policy, any_backend)
+    res = oracles.run_probe(KNOBS_SCRIPT, policy, backend)
     assert res["conf"] == ["all", "default", "lo"], res["conf"]
     assert res["control_comm"]["ok"], res["control_comm"]
     assert res["control_tmp"]["ok"], res["control_tmp"]
@@ -138,12 +130,12 @@ done()
 
 
 @pytest.mark.parametrize("uid", [0, None])
-def test_audit_no_writable_host_global_file(any_backend, uid):
+def test_audit_no_writable_host_global_file(backend, uid):
     """Walk /proc (all but the per-process entries) and /sys inside a sandbox whose
     command is uid 0 (a root caller: kuid 0) and as the caller: nothing opens for
     writing. Live control: /proc/self/comm does."""
     policy = pysandbox.Policy.default(uid=uid, gid=uid)
-    res = oracles.run_probe(AUDIT_SCRIPT, policy, any_backend)
+    res = oracles.run_probe(AUDIT_SCRIPT, policy, backend)
     assert res["control"]["ok"], res["control"]
     assert res["counts"]["/proc"] > 100 and res["counts"]["/sys"] > 100, res["counts"]
     if uid == 0:
