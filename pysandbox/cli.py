@@ -75,8 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="directory bound read-write and started in (default: the current directory; "
                          "never /; required when the current directory is $HOME or above it)")
     wd.add_argument("--no-workdir", action="store_true", help="bind no working directory read-write")
-    run.add_argument("--rw", metavar="PATH", action="append", default=[], help="bind PATH read-write (repeatable)")
-    run.add_argument("--ro", metavar="PATH", action="append", default=[], help="bind PATH read-only (repeatable)")
+    run.add_argument("--rw", metavar="PATH", action="append", default=[],
+                     help="bind PATH read-write (repeatable; a symlink is bound where it points now, and "
+                          "one planted there later fails the launch: symlink_in_path)")
+    run.add_argument("--ro", metavar="PATH", action="append", default=[],
+                     help="bind PATH read-only (repeatable; symlinks as --rw)")
     run.add_argument("--hide", metavar="PATH", action="append", default=[],
                      help="cover PATH with an empty, inaccessible node (repeatable)")
     run.add_argument("--tmpfs", metavar="PATH", action="append", default=[],
@@ -93,10 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep only this variable of the caller's environment (repeatable; every other "
                           "one is dropped; then --unsetenv and --setenv apply)")
     run.add_argument("--share-session", action="store_true",
-                     help="keep the caller's session (no setsid); the terminal stays reachable")
+                     help="keep the caller's session (no setsid): the terminal stays reachable, and the "
+                          "command can signal the caller's process group (trusted commands only)")
     run.add_argument("--keep-authority-sockets", action="store_true",
-                     help="network deny: keep docker/podman/containerd, ssh-agent, gpg-agent and "
-                          "D-Bus session sockets and their variables (masked by default)")
+                     help="network deny: keep docker/podman/containerd, ssh-agent, gpg-agent, D-Bus, "
+                          "systemd, udev, snapd, libvirt and LXD sockets and their variables (masked by "
+                          "default)")
     run.add_argument("--strict-unix", action="store_true",
                      help="refuse new AF_UNIX sockets by seccomp (socketpair still works)")
     run.add_argument("--allow-io-uring", action="store_true",

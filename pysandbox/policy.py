@@ -617,7 +617,7 @@ class Policy:
     @classmethod
     def default(cls, workdir=None, network: str = "deny", ro: Iterable = (), rw: Iterable = (),
                 hide: Iterable = (), tmpfs: Iterable = (), **overrides) -> "Policy":
-        """The default policy of DESIGN.md.
+        """The default policy (README.md, "The policy").
 
         ``/`` read-only, ``workdir`` (if given; never ``/`` itself) read-write and the initial directory
         (``workdir``, ``ro`` and ``rw`` paths are taken as the host resolves their

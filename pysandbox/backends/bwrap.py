@@ -128,7 +128,7 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     idmap = plan.idmap
     out.append(("--uid", str(idmap.uid)))
     out.append(("--gid", str(idmap.gid)))
-    # Always, whatever policy.die_with_parent says: invariant 4 of DESIGN.md.
+    # Always, whatever policy.die_with_parent says: the lifetime row of THREAT_MODEL.md.
     out.append(("--die-with-parent",))
     init = init_mode(plan)
     if policy.as_pid_1 or init == "fork":
