@@ -216,6 +216,20 @@ class Chdir:
 MOUNT_OPS = (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue, MakeDir, MakeSymlink,
              WriteFile, RemountReadonly, ChangeMode)
 
+def shadowed(i: int, ops) -> bool:
+    """Whether a mount op after ``ops[i]`` lands on its destination or an ancestor (then
+    what ``ops[i]`` mounted is unreachable in the sandbox)."""
+    dest = ops[i].dest
+    for later in ops[i + 1:]:
+        if not isinstance(later, (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue)) \
+                and not (isinstance(later, WriteFile) and later.bind):
+            continue
+        d = later.dest
+        if d == dest or d == "/" or dest.startswith(d.rstrip("/") + "/"):
+            return True
+    return False
+
+
 # Hidden nodes: empty and inaccessible, read-only.
 HIDE_MODE = 0o000
 

@@ -167,19 +167,6 @@ def _join(dest: str, name: str) -> str:
     return dest.rstrip("/") + "/" + name
 
 
-def _shadowed(i: int, ops) -> bool:
-    """Whether a mount op after ``ops[i]`` lands on its destination or an ancestor."""
-    dest = ops[i].dest
-    for later in ops[i + 1:]:
-        if not isinstance(later, (P.BindMount, P.MountTmpfs, P.MountOverlay, P.MountProc, P.MinimalDev,
-                                  P.MountMqueue)) and not (isinstance(later, P.WriteFile) and later.bind):
-            continue
-        d = later.dest
-        if d == dest or d == "/" or dest.startswith(d.rstrip("/") + "/"):
-            return True
-    return False
-
-
 def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
     """``(dest, st_dev, st_ino)`` of every bind of a host path, as the launcher finds the
     source right before bwrap starts, without following any symlink (sources are
@@ -194,7 +181,7 @@ def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
     ops = plan.mount_ops
     out = []
     for i, op in enumerate(ops):
-        if not isinstance(op, P.BindMount) or op.src is None or _shadowed(i, ops):
+        if not isinstance(op, P.BindMount) or op.src is None or P.shadowed(i, ops):
             continue
         st = _lstat_no_symlinks(op.src, op.optional)
         if st is not None:
@@ -227,9 +214,11 @@ def _lstat_no_symlinks(path: str, optional: bool):
 
 
 def proc_readonly_paths(plan: P.Plan) -> list[str]:
-    """Every ``plan.PROC_READONLY`` entry under each proc mount, for our init."""
-    return [_join(op.dest, name) for op in plan.mount_ops if isinstance(op, P.MountProc)
-            for name in P.PROC_READONLY]
+    """Every ``plan.PROC_READONLY`` entry under each proc mount that no later mount
+    covers, for our init."""
+    ops = plan.mount_ops
+    return [_join(op.dest, name) for i, op in enumerate(ops) if isinstance(op, P.MountProc)
+            and not P.shadowed(i, ops) for name in P.PROC_READONLY]
 
 
 def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
@@ -918,9 +907,12 @@ class BwrapBackend:
         init = init_mode(plan)
         init_fd = init_program(plan) if init else -1
         data = _DataFds()
-        info_r, info_w = os.pipe()
-        status_r, status_w = os.pipe() if init else (-1, -1)
+        info_r = info_w = status_r = status_w = -1
         try:
+            # inside the try: a second pipe failing (EMFILE) must not leak the first
+            info_r, info_w = os.pipe()
+            if init:
+                status_r, status_w = os.pipe()
             options = render(plan, data)
             args_fd = data(_nul_joined(flatten(options)))
             if init:
@@ -1017,7 +1009,7 @@ class BwrapBackend:
                 raise OSError(detail, os.strerror(detail), exe)
             if what == 4:
                 raise SetupError(f"a bind's destination is not the inode the launcher validated (a symlink "
-                                 f"or another mount was swapped in before bwrap bound it); the command "
+                                 "or another mount was swapped in before bwrap bound it); the command "
                                  "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=_errno.ELOOP)
             raise SetupError(f"the bwrap backend's init failed at its {stage} step "
                              f"({os.strerror(detail) if what in (2, 5, 6, 8) and detail else detail}); "

@@ -66,6 +66,7 @@ DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
              ("stderr", "/proc/self/fd/2"), ("core", "/proc/kcore"))
 PROC_RO = P.PROC_READONLY
+BWRAP_PROC_RO = ("sys", "sysrq-trigger", "irq", "bus")   # bwrap's own covering, where writable
 OVERLAP = "Overlay directories may not overlap"   # bwrap's message for an overlay mount's ELOOP
 
 
@@ -319,9 +320,13 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
                            stage="proc", plan_index=i, reason=Reason.PROC_MOUNT_FAILED, filename=op.dest))
             # Always read-only (a missing entry is skipped): bwrap's "only where
             # access(W_OK) succeeds" never covers /proc/sys, whose 0555 directory
-            # hides files that kuid 0 may write (plan.PROC_READONLY).
-            for sub in PROC_RO:
-                ops.append(COp("BIND", flags=F_RO | F_OPTIONAL, a=f"{dst}/{sub}", b=f"{dst}/{sub}",
+            # hides files that kuid 0 may write (plan.PROC_READONLY). A proc mount that a
+            # later mount covers is unreachable: it gets only bwrap's own covering (where
+            # access(W_OK) succeeds), so both backends show the same mount table.
+            hidden = P.shadowed(i, plan.ops)
+            for sub in BWRAP_PROC_RO if hidden else PROC_RO:
+                ops.append(COp("BIND", flags=F_RO | F_OPTIONAL | (F_IF_WRITABLE if hidden else 0),
+                               a=f"{dst}/{sub}", b=f"{dst}/{sub}",
                                c=b"\0" if fallback else None, stage="proc", plan_index=i,
                                filename=f"{op.dest.rstrip('/')}/{sub}"))
         elif isinstance(op, P.MinimalDev):
