@@ -1024,8 +1024,10 @@ class BwrapBackend:
         if ended is not None and ended.si_code == os.CLD_EXITED and ended.si_status == 1:
             self._setup_failed(proc, info, plan)
         os.waitpid(proc.pid, 0)
-        raise SetupError("bwrap ended before its init reported the command started; its message is on "
-                         "the command's stderr", Reason.SETUP_FAILED, stage="bwrap")
+        how = "" if ended is None else (f" (exit {ended.si_status})" if ended.si_code == os.CLD_EXITED
+                                        else f" (signal {ended.si_status})")
+        raise SetupError(f"bwrap ended{how} before its init reported the command started; its message is "
+                         "on the command's stderr", Reason.SETUP_FAILED, stage="bwrap")
 
     # -- status -----------------------------------------------------------------------
 

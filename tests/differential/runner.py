@@ -143,15 +143,37 @@ def _under_proc(path, policy) -> bool:
                for op in policy.fs)
 
 
+# Launches that bwrap ended before our init reported (a rare transient seen in CI, about
+# 1 launch in 100-200 of the generated suite, never reproduced alone: an open bug, see
+# THREAT_MODEL.md's bwrap notes); each is retried once, and every retry is listed here.
+BWRAP_TRANSIENTS: list = []
+
+
+def _run_probe(policy: P.Policy, backend: str, world: World, fds: list):
+    """pysandbox.run of the probe; a bwrap transient (above) is retried once, with the
+    world's descriptors reopened when this launch owns them (a pipe is consumed)."""
+    argv = [sys.executable, "-c", PROBE_SOURCE, json.dumps(probe_args(policy))]
+    for attempt in (0, 1):
+        try:
+            return pysandbox.run(argv, policy=policy, backend=backend, env=BASE_ENV, capture_output=True,
+                                 timeout=TIMEOUT)
+        except pysandbox.SetupError as exc:
+            transient = backend == "bwrap" and exc.stage == "bwrap" and "before its init reported" in str(exc)
+            if attempt or not transient or (_reads_data_fd(policy) and not fds):
+                raise
+            BWRAP_TRANSIENTS.append(str(exc))
+            if fds:
+                world.close_fds(fds)
+                fds[:] = world.open_fds()
+
+
 def launch(policy: P.Policy, backend: str, world: World, *, fds_open: bool = False) -> dict:
     """Run the probe under ``backend``. Returns the probe's document, or a record
     of how the launch failed: ``{"error": class, "reason": code}`` or ``{"exit": rc}``.
     ``fds_open``: the caller has opened the world's descriptors (and closes them)."""
     fds = [] if fds_open else world.open_fds()
     try:
-        done = pysandbox.run([sys.executable, "-c", PROBE_SOURCE, json.dumps(probe_args(policy))],
-                             policy=policy, backend=backend, env=BASE_ENV, capture_output=True,
-                             timeout=TIMEOUT)
+        done = _run_probe(policy, backend, world, fds)
     except pysandbox.SandboxError as exc:
         # "detail" is the message, shown in reports, never compared (flatten drops it)
         return {"error": type(exc).__name__, "reason": exc.reason.value, "detail": str(exc)[-500:]}

@@ -55,6 +55,7 @@ def test_generated(world):
     """At least EXAMPLES generated policies, every one the same under both backends."""
     seen = []
     bad = []
+    transients = len(runner.BWRAP_TRANSIENTS)
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
@@ -67,6 +68,9 @@ def test_generated(world):
 
     run()
     assert not bad, f"{len(bad)} of {len(seen)} generated policies differ:\n" + "\n".join(bad[:10])
+    # bwrap launches retried after the open transient (runner.BWRAP_TRANSIENTS): rare, or a failure
+    retried = runner.BWRAP_TRANSIENTS[transients:]
+    assert len(retried) <= max(2, EXAMPLES // 50), retried
     assert len(seen) >= EXAMPLES
     # generated policies are valid and expressible by the reference: every one compared
     assert set(seen) == {"same"}, {v: seen.count(v) for v in set(seen)}
