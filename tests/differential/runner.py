@@ -143,9 +143,9 @@ def _under_proc(path, policy) -> bool:
                for op in policy.fs)
 
 
-# Launches that bwrap ended before our init reported (a rare transient seen in CI, about
-# 1 launch in 100-200 of the generated suite, never reproduced alone: an open bug, see
-# THREAT_MODEL.md's bwrap notes); each is retried once, and every retry is listed here.
+# Launches that bwrap ended before our init reported, for no reason the backend could
+# name (the one CI showed was the init's exec through a procfs below 0700 directories
+# bwrap made, now bwrap_init_unavailable); each is retried once and listed here.
 BWRAP_TRANSIENTS: list = []
 
 
