@@ -12,9 +12,8 @@ import fcntl
 import os
 import signal
 
-from pysandbox import plan as P
+from pysandbox import view
 from pysandbox.errors import BwrapArgumentError, Reason
-from pysandbox.policy import Env
 from pysandbox.process import Popen, compiled
 
 from .mapping import Compat, to_policy
@@ -25,32 +24,18 @@ def _err(message):
     return BwrapArgumentError(message, Reason.BWRAP_ARGUMENT_INVALID, message)
 
 
-def sandbox_dir_exists(path: str, plan) -> bool:
-    """Whether ``path`` will be a directory in the sandbox (bwrap's chdir(old_cwd) test)."""
-    host, cover = P.host_path(path, plan.mount_ops)
-    if host is not None:
-        return os.path.isdir(host)
-    if cover is None:
-        return False
-    for op in plan.mount_ops:
-        dest = getattr(op, "dest", None)
-        if dest == path or (dest and dest.startswith(path.rstrip("/") + "/")):
-            return not isinstance(op, (P.WriteFile, P.MakeSymlink)) or dest != path
-    return path == getattr(cover, "dest", None)
-
-
-def working_dir(args: BwrapArgs, plan, env: dict) -> str:
+def working_dir(args: BwrapArgs, policy, env: dict) -> str:
     """--chdir, else the caller's directory if the sandbox has it, else $HOME, else /."""
     if args.chdir is not None:
-        return plan.policy.chdir
+        return policy.chdir
     try:
         old = os.getcwd()
     except OSError:
         old = None
-    if old and sandbox_dir_exists(old, plan):
+    if old and view.is_dir(old, policy.fs):
         return old
     home = env.get("HOME")
-    if home and home.startswith("/") and sandbox_dir_exists(os.path.normpath(home), plan):
+    if home and home.startswith("/") and view.is_dir(os.path.normpath(home), policy.fs):
         return os.path.normpath(home)
     return "/"
 
@@ -79,7 +64,7 @@ def take_locks(paths, plan) -> list[int]:
     """Read locks on the host files behind sandbox ``paths`` (held until we exit)."""
     held = []
     for path in paths:
-        host, _ = P.host_path(path, plan.mount_ops)
+        host, _ = view.host_path(path, plan.mount_ops)
         if host is None:
             raise _err(f"Unable to open lock file {path}: pybwrap can only lock a file backed by the host")
         try:
@@ -144,12 +129,10 @@ def run(args: BwrapArgs, backend: str = "native") -> int:
         OSError: an --info-fd/--json-status-fd write failed.
     """
     policy, compat = to_policy(args)
-    plan = compiled(policy, True)
-    env = policy.env.apply(os.environ)
-    cwd = working_dir(args, plan, env)
-    policy = policy.replace(chdir=cwd, env=Env(
-        clear=policy.env.clear, unset=policy.env.unset, set=tuple(policy.env.set) + (("PWD", cwd),)))
-    plan = compiled(policy, True)
+    if args.chdir is None:
+        # bwrap's chdir(old_cwd) else $HOME else /, read off the policy's own view.
+        policy = policy.replace(chdir=working_dir(args, policy, policy.env.apply(os.environ)))
+    plan = compiled(policy)
     if args.chdir is not None:
         _check_chdir(policy.chdir, args.chdir, plan)
     locks = take_locks(compat.lock_files, plan)
@@ -174,7 +157,7 @@ def run(args: BwrapArgs, backend: str = "native") -> int:
 
     reporting = compat.info_fd is not None or compat.json_status_fd is not None
     try:
-        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, allow_host_mountpoints=True,
+        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds,
                      on_start=started if reporting else None,
                      close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
     except FileNotFoundError:
@@ -199,7 +182,7 @@ def run(args: BwrapArgs, backend: str = "native") -> int:
 
 def _check_chdir(path: str, given: str, plan) -> None:
     """bwrap's chdir failure, with its message, where the host can tell in advance."""
-    host, _ = P.host_path(path, plan.mount_ops)
+    host, _ = view.host_path(path, plan.mount_ops)
     if host is None:
         return   # not backed by the host: the executor's chdir decides
     if not os.path.lexists(host):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, PolicyError, Reason
 from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Overlay, Policy,
                               Proc, RemountRo, Symlink, Tmpfs)
+from pysandbox import view
 from pysandbox.plan import PROC_READONLY
 
 from .parser import BwrapArgs, CAP_NAMES, read_fd_default
@@ -221,7 +222,8 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
         block_fd=args.block_fd, userns_block_fd=args.userns_block_fd, userns_fd=args.userns_fd,
         pidns_fd=args.pidns_fd, userns2_fd=args.userns2_fd,
         new_session=args.new_session, as_pid_1=args.as_pid_1, caps_keep=caps_of(args, real_uid, start_caps),
-        allow_nested_userns=not args.disable_userns, seccomp=tuple(seccomp), argv0=args.argv0)
+        allow_nested_userns=not args.disable_userns, seccomp=tuple(seccomp), argv0=args.argv0,
+        allow_host_mountpoints=True)   # bwrap creates missing mount points in writable host binds
     if args.assert_userns_disabled and not args.disable_userns and _nested_userns_possible():
         raise _err("creation of new user namespaces was not disabled as requested")
     unshared = tuple(n for n in NS_INFO_ORDER if n == "mnt" or (n == "net" and args.unshare_net)
@@ -242,7 +244,6 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
 
 # ---------------------------------------------------------------- bwrap's mkdir_with_parents
 
-_MOUNTS = (Bind, Tmpfs, Proc, Dev, Mqueue, Overlay)
 
 
 def parent_mode(perms: int) -> int:
@@ -262,36 +263,6 @@ def _op_perms(op) -> int:
     return 0
 
 
-def _is_mount(op) -> bool:
-    return isinstance(op, _MOUNTS) or (isinstance(op, File) and op.bind)
-
-
-def _under(path: str, dest: str) -> bool:
-    return dest == "/" or path == dest or path.startswith(dest + "/")
-
-
-def _exists(path: str, done: list) -> bool:
-    """Whether ``path`` exists in the sandbox after the ops ``done`` (bwrap's view)."""
-    cover = -1
-    for i in range(len(done) - 1, -1, -1):
-        if _is_mount(done[i]) and _under(path, done[i].dest):
-            cover = i
-            break
-    for op in done[cover + 1:]:
-        if op.dest == path or op.dest.startswith(path.rstrip("/") + "/"):
-            return True
-    if cover < 0:
-        return path == "/"
-    op = done[cover]
-    rest = path[len(op.dest):] if op.dest != "/" else path
-    if isinstance(op, Bind) and op.src is not None:
-        return os.path.lexists((op.src.rstrip("/") + rest) or "/")
-    if isinstance(op, Overlay):
-        return path == op.dest or any(os.path.lexists((layer.rstrip("/") + rest) or "/")
-                                        for layer in ((op.upper,) if op.upper else ()) + op.lower)
-    return path == op.dest
-
-
 def with_bwrap_parents(fs: list) -> list:
     """Insert the directories bwrap creates: every missing parent of a destination (mode
     :func:`parent_mode`), and a missing mount point inside a host bind (a directory, or an
@@ -303,9 +274,9 @@ def with_bwrap_parents(fs: list) -> list:
             mode = parent_mode(_op_perms(op))
             for k in range(1, len(parts) + 1):
                 parent = "/" + "/".join(parts[:k])
-                if not _exists(parent, out):
+                if not view.exists(parent, out):
                     out.append(Dir(parent, mode=mode))
-            if _is_mount(op) and not _exists(op.dest, out) and _host_backed(op.dest, out):
+            if view.is_mount(op) and not view.exists(op.dest, out) and _host_backed(op.dest, out):
                 if isinstance(op, File) or (isinstance(op, Bind) and op.src is not None
                                             and not os.path.isdir(op.src)):
                     out.append(File(op.dest, data=b"", mode=0o444))
@@ -317,7 +288,7 @@ def with_bwrap_parents(fs: list) -> list:
 
 def _host_backed(path: str, done: list) -> bool:
     for op in reversed(done):
-        if _is_mount(op) and _under(path, op.dest):
+        if view.is_mount(op) and view.under(path, op.dest):
             return isinstance(op, Bind) and op.src is not None
     return False
 

@@ -22,237 +22,24 @@ from . import seccomp as _seccomp
 from .errors import PolicyError, Reason
 
 
-# ---------------------------------------------------------------- operations
-
-@dataclass(frozen=True)
-class Unshare:
-    namespaces: frozenset  # subset of user mount pid ipc uts net cgroup
-
-
-@dataclass(frozen=True)
-class IdMap:
-    uid: int          # inside
-    gid: int
-    outer_uid: int    # the caller's ids
-    outer_gid: int
-    block_fd: int | None = None   # the caller writes the maps: setup waits on this first
-    joined: bool = False          # a given user namespace (JoinNamespaces): it has its maps
-
-
-@dataclass(frozen=True)
-class JoinNamespaces:
-    """Given namespaces, entered before the new ones are made (inside them)."""
-    userns_fd: int | None = None
-    pidns_fd: int | None = None
-
-
-@dataclass(frozen=True)
-class EnterUserns2:
-    fd: int   # after the pivot, before the privilege drop (bwrap's --userns2)
-
-
-@dataclass(frozen=True)
-class BindMount:
-    src: str | None
-    dest: str
-    readonly: bool = False
-    dev: bool = False      # False: nodev on every submount
-    optional: bool = False
-    src_fd: int | None = None
-
-
-@dataclass(frozen=True)
-class MountTmpfs:
-    dest: str
-    size: int | None = None
-    mode: int | None = None
-    readonly: bool = False   # remounted read-only right after (used by Hide)
-
-
-@dataclass(frozen=True)
-class MountOverlay:
-    """overlayfs on ``dest``. ``lower``: host directories, bottom first (as given);
-    ``upper``/``work``: host directories for writes, or ``tmp``: on the setup tmpfs;
-    neither: read-only. ``tmp_index`` numbers the tmp overlays of a plan (bwrap's
-    /tmp-overlay-upper-N)."""
-
-    dest: str
-    lower: tuple = ()
-    upper: str | None = None
-    work: str | None = None
-    tmp: bool = False
-    tmp_index: int = 0
-
-    @property
-    def data(self) -> str:
-        """The mount options, as bwrap 0.11 builds them (paths in the setup view, under
-        /oldroot; the lowers top first; ``\\ , :`` escaped; userxattr: we are always in
-        a user namespace, where trusted.* xattrs cannot be set)."""
-        if self.upper is not None:
-            head = f"upperdir=/oldroot{escape_mount_option(self.upper)},workdir=/oldroot{escape_mount_option(self.work)},"
-        elif self.tmp:
-            head = f"upperdir=/tmp-overlay-upper-{self.tmp_index},workdir=/tmp-overlay-work-{self.tmp_index},"
-        else:
-            head = ""
-        lowers = ":".join("/oldroot" + escape_mount_option(p) for p in reversed(self.lower))
-        return f"{head}lowerdir={lowers},userxattr"
-
-
-def escape_mount_option(path: str) -> str:
-    """A path inside overlayfs mount options: ``\\``, ``,`` and ``:`` escaped by a backslash."""
-    return "".join("\\" + ch if ch in "\\,:" else ch for ch in path)
-
-
-# The kernel copies at most a page of mount data (and wants its NUL in it).
-MOUNT_DATA_MAX = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
-
-
-@dataclass(frozen=True)
-class MountProc:
-    dest: str
-
-
-@dataclass(frozen=True)
-class MinimalDev:
-    dest: str
-
-
-@dataclass(frozen=True)
-class MountMqueue:
-    dest: str
-
-
-@dataclass(frozen=True)
-class MakeDir:
-    dest: str
-    mode: int | None = None
-
-
-@dataclass(frozen=True)
-class MakeSymlink:
-    target: str
-    dest: str
-
-
-@dataclass(frozen=True)
-class WriteFile:
-    """Create ``dest`` with ``data`` (or what ``fd`` yields). ``bind``: create it on the
-    setup tmpfs and bind-mount it on dest (read-only if ``readonly``)."""
-
-    dest: str
-    data: bytes | None = None
-    fd: int | None = None
-    mode: int | None = None
-    bind: bool = False
-    readonly: bool = False
-
-
-@dataclass(frozen=True)
-class RemountReadonly:
-    dest: str
-
-
-@dataclass(frozen=True)
-class ChangeMode:
-    dest: str
-    mode: int
-
-
-@dataclass(frozen=True)
-class PivotRoot:
-    pass
-
-
-@dataclass(frozen=True)
-class LoopbackUp:
-    pass
-
-
-@dataclass(frozen=True)
-class SetHostname:
-    name: str
-
-
-@dataclass(frozen=True)
-class DisableUserns:
-    pass
-
-
-@dataclass(frozen=True)
-class DropCapabilities:
-    keep: frozenset = frozenset()   # capability names, lower case without cap_
-
-
-@dataclass(frozen=True)
-class NoNewPrivs:
-    pass
-
-
-@dataclass(frozen=True)
-class Seccomp:
-    program: bytes   # classic BPF, 8 bytes an instruction
-
-
-@dataclass(frozen=True)
-class NewSession:
-    pass
-
-
-@dataclass(frozen=True)
-class PdeathSig:
-    pass
-
-
-@dataclass(frozen=True)
-class WaitFd:
-    fd: int   # setup done, privileges dropped: wait for a byte or EOF, then close it
-
-
-@dataclass(frozen=True)
-class Chdir:
-    path: str
-
-
-MOUNT_OPS = (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue, MakeDir, MakeSymlink,
-             WriteFile, RemountReadonly, ChangeMode)
-
-def shadowed(i: int, ops) -> bool:
-    """Whether a mount op after ``ops[i]`` lands on its destination or an ancestor (then
-    what ``ops[i]`` mounted is unreachable in the sandbox)."""
-    dest = ops[i].dest
-    for later in ops[i + 1:]:
-        if not isinstance(later, (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue)) \
-                and not (isinstance(later, WriteFile) and later.bind):
-            continue
-        d = later.dest
-        if d == dest or d == "/" or dest.startswith(d.rstrip("/") + "/"):
-            return True
-    return False
-
-
-# Hidden nodes: empty and inaccessible, read-only.
-HIDE_MODE = 0o000
-
-# The host-global entries of a procfs (not per process, not per namespace), covered
-# read-only after every /proc mount, whatever the caller's uid, on every backend.
-# Sysctl and procfs permission checks look at the uid (kuid 0 may write /proc/sys
-# although its directory is 0555), so bwrap's "cover where access(W_OK) succeeds"
-# leaves them writable to a root caller. From an audit of a 6.18 kernel (every
-# top-level entry that open(O_WRONLY) accepts for a root caller: sys, pressure) and
-# Docker/runc's masked and read-only paths for what other kernels and drivers add.
-# Entries this kernel lacks are skipped (ENOENT).
-PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "driver", "acpi", "scsi", "asound",
-                 "mtrr", "tty", "sysvipc", "pressure", "dynamic_debug", "latency_stats",
-                 "timer_list", "timer_stats", "sched_debug")
+from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
+from .view import host_path
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The compiled policy. ``ops`` is the whole ordered list; the attributes are
-    derived views that backends and probes use."""
+    """The compiled policy: the whole contract between a Policy and a backend.
 
-    policy: P.Policy
+    ``ops`` is the ordered list of setup operations; the other fields are the launch
+    facts that are not setup steps. Backends read a Plan and nothing else: it holds no
+    reference to the Policy it came from."""
+
     ops: tuple
+    argv0: str | None = None          # the command's argv[0] (bwrap --argv0), None: its name
+    as_pid_1: bool = False            # the command is pid 1 of its pid namespace (no init)
+    die_with_parent: bool = True      # the caller's death ends the sandbox
+    network: P.Network = P.Network()  # mode; ``new_namespace``: the ops unshare "net"
+    writable_paths: tuple = ()        # host paths the sandbox can write (binds, overlay uppers)
 
     @property
     def namespaces(self) -> frozenset:
@@ -266,18 +53,22 @@ class Plan:
     def idmap(self) -> IdMap:
         return next(op for op in self.ops if isinstance(op, IdMap))
 
+    @property
+    def chdir(self) -> str:
+        """The command's working directory in the sandbox."""
+        return self.first(Chdir).path
+
     def first(self, kind):
         return next((op for op in self.ops if isinstance(op, kind)), None)
 
 
 # ---------------------------------------------------------------- compile
 
-def compile(policy: P.Policy, *, allow_host_mountpoints: bool = False,
-            outer_ids: tuple[int, int] | None = None) -> Plan:
+def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Plan:
     """Compile ``policy`` into a :class:`Plan`.
 
-    ``allow_host_mountpoints`` lets a mount point be created inside a writable host
-    bind (bubblewrap does this; pybwrap follows it). pysandbox's own policies never
+    ``policy.allow_host_mountpoints`` lets a mount point be created inside a writable
+    host bind (bubblewrap does this; pybwrap follows it). pysandbox's own policies never
     create files on the host: a missing mount point there is a PolicyError.
 
     Raises:
@@ -304,7 +95,7 @@ def compile(policy: P.Policy, *, allow_host_mountpoints: bool = False,
         ops.append(PdeathSig())
     done: list = []   # the mount ops so far, for resolving sandbox paths to host paths
     for op in policy.fs:
-        for planned in _compile_fs(op, done, allow_host_mountpoints):
+        for planned in _compile_fs(op, done, policy.allow_host_mountpoints):
             done.append(planned)
             ops.append(planned)
     ops.append(PivotRoot())
@@ -329,33 +120,22 @@ def compile(policy: P.Policy, *, allow_host_mountpoints: bool = False,
     if policy.new_session:
         ops.append(NewSession())
     ops.append(Chdir(policy.chdir or "/"))
-    return Plan(policy=policy, ops=tuple(ops))
+    return Plan(ops=tuple(ops), argv0=policy.argv0, as_pid_1=policy.as_pid_1,
+                die_with_parent=policy.die_with_parent, network=policy.network,
+                writable_paths=writable_host_paths(policy))
 
 
-def host_path(sandbox_path: str, done) -> tuple[str | None, object | None]:
-    """Where ``sandbox_path`` lives, given the mount ops applied so far.
-
-    Returns ``(host_path, op)``: the host path behind it when the innermost covering
-    mount is a host bind (else None), and that covering op (None: the setup tmpfs root).
-    """
-    for op in reversed(done):
-        if isinstance(op, (BindMount, MountTmpfs, MountOverlay, MountProc, MinimalDev, MountMqueue)) or \
-                (isinstance(op, WriteFile) and op.bind):
-            dest = op.dest
-            if sandbox_path == dest or dest == "/" or sandbox_path.startswith(dest + "/"):
-                rest = sandbox_path[len(dest):] if dest != "/" else sandbox_path
-                if isinstance(op, BindMount) and op.src is not None:
-                    src = op.src.rstrip("/") or ""
-                    return (src + rest) if (src + rest) else "/", op
-                if isinstance(op, MountOverlay):
-                    # What the overlay shows there: the topmost layer that has it (stat only).
-                    layers = ((op.upper,) if op.upper is not None else ()) + tuple(reversed(op.lower))
-                    for layer in layers:
-                        cand = (layer.rstrip("/") + rest) or "/"
-                        if os.path.lexists(cand):
-                            return cand, op
-                return None, op
-    return None, None
+def writable_host_paths(policy: P.Policy) -> tuple:
+    """Host paths the sandbox can write: rw bind sources, overlay upper and work
+    directories, and the policy's writable sandbox paths."""
+    paths = []
+    for op in policy.fs:
+        if isinstance(op, P.Bind) and op.src is not None and not op.readonly:
+            paths.append(op.src)
+        elif isinstance(op, P.Overlay) and op.writable:
+            paths += [op.upper, op.work]
+    paths.extend(policy.writable_paths)
+    return tuple(paths)
 
 
 def _compile_fs(op, done, allow_host_mountpoints):

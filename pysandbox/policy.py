@@ -518,6 +518,8 @@ class Policy:
     keep_authority_sockets: bool = False   # deny mode: keep docker/ssh-agent/... sockets (authority.py)
     strict_unix: bool = False              # seccomp: socket(AF_UNIX) refused, socketpair allowed
     allow_io_uring: bool = False           # seccomp: io_uring_* allowed (network allow, not strict_unix)
+    allow_host_mountpoints: bool = False   # pybwrap only: a missing mount point inside a writable
+                                           # host bind is created on the host, as bwrap does
     block_fd: int | None = None            # setup waits for a byte or EOF here before the command
     userns_block_fd: int | None = None     # setup waits here before any id map: the caller writes them
     userns_fd: int | None = None           # join this user namespace instead of creating one
@@ -559,7 +561,7 @@ class Policy:
             if "uts" not in ns:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
         for flag in ("die_with_parent", "new_session", "as_pid_1", "allow_nested_userns",
-                     "keep_authority_sockets", "strict_unix", "allow_io_uring"):
+                     "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
         if self.allow_io_uring and (self.strict_unix or self.network.new_namespace):

@@ -8,10 +8,8 @@ sandbox's outermost process: killing it ends every process of the sandbox.
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
-import stat
 import subprocess
 import threading
 
@@ -30,7 +28,6 @@ CalledProcessError = subprocess.CalledProcessError
 TimeoutExpired = subprocess.TimeoutExpired
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # A timeout or kill ends the sandbox with SIGKILL on its outermost process; the
 # pid namespace takes every descendant with it.
 
@@ -39,33 +36,30 @@ _plan_by_id: dict = {}
 _plan_lock = threading.Lock()
 
 
-def compiled(policy: Policy, allow_host_mountpoints: bool = False) -> _plan.Plan:
+def compiled(policy: Policy) -> _plan.Plan:
     """The plan of ``policy``, compiled once per process (policies are hashable).
-    ``allow_host_mountpoints`` is for bwrap_compat only (bwrap's semantics).
 
     The same Policy object launched again is found by identity, without hashing
     it (a frozen dataclass rehashes every field on each call: 0.1-0.2 ms with a
     thousand binds); an equal but distinct Policy is found by value."""
-    ident = (id(policy), allow_host_mountpoints)
-    seen = _plan_by_id.get(ident)
+    seen = _plan_by_id.get(id(policy))
     if seen is not None and seen[0] is policy:
         return seen[1]
     try:
         hash(policy)
     except TypeError:
-        return _plan.compile(policy, allow_host_mountpoints=allow_host_mountpoints)
-    key = (policy, allow_host_mountpoints)
+        return _plan.compile(policy)
     with _plan_lock:
-        got = _plan_cache.get(key)
+        got = _plan_cache.get(policy)
     if got is None:
-        got = _plan.compile(policy, allow_host_mountpoints=allow_host_mountpoints)
+        got = _plan.compile(policy)
     with _plan_lock:
         if len(_plan_cache) > 256:
             _plan_cache.clear()
             _plan_by_id.clear()
-        _plan_cache[key] = got
+        _plan_cache[policy] = got
         # The entry holds the policy itself, so its id cannot be reused while it is here.
-        _plan_by_id[ident] = (policy, got)
+        _plan_by_id[id(policy)] = (policy, got)
     return got
 
 
@@ -90,7 +84,7 @@ class SandboxProcess(subprocess.Popen):
     """
 
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
-                 env=None, pass_fds=(), allow_host_mountpoints: bool = False, on_start=None,
+                 env=None, pass_fds=(), on_start=None,
                  close_in_setup=(), **kwargs):
         for bad in ("cwd", "preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session", "close_fds"):
@@ -105,13 +99,13 @@ class SandboxProcess(subprocess.Popen):
         if any("\x00" in a for a in argv):
             raise PolicyError("command arguments must not contain NUL", Reason.INVALID_VALUE, argv)
         self.policy = policy if policy is not None else Policy.default()
-        self.plan = compiled(self.policy, allow_host_mountpoints)
+        self.plan = compiled(self.policy)
         self.backend = select_backend(backend, self.plan)
         base_env = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
         self._sandbox_env = self.policy.env.apply(base_env)
         # As bubblewrap does after its chdir: PWD names the sandbox's working directory.
-        chdir = self.plan.first(_plan.Chdir)
-        self._sandbox_env["PWD"] = chdir.path if chdir is not None else "/"
+        # The one place PWD is set, for every backend and pybwrap.
+        self._sandbox_env["PWD"] = self.plan.chdir
         self._sandbox_pass_fds = tuple(sorted(set(self.policy.pass_fds) | set(pass_fds)))
         if on_start is not None and not callable(on_start):
             raise PolicyError("on_start must be callable", Reason.INVALID_VALUE, on_start)
@@ -226,40 +220,3 @@ def run(args, *, policy: Policy | None = None, backend: str = "auto", input=None
         if check and retcode:
             raise CalledProcessError(retcode, proc.args, output=stdout, stderr=stderr)
     return CompletedProcess(proc.args, retcode, stdout, stderr)
-
-
-def find_executable(plan: _plan.Plan, name: str, env: dict) -> str:
-    """Find ``name`` as the sandbox will see it (PATH search through the plan's binds).
-
-    Returns the sandbox path. Raises FileNotFoundError or PermissionError as exec
-    would; a path not backed by the host (tmpfs, created by the plan) is assumed
-    executable and left to the backend's exec to judge.
-    """
-    mounts = plan.mount_ops
-    if "/" in name:
-        candidates = [name if name.startswith("/") else os.path.join(plan.policy.chdir or "/", name)]
-    else:
-        search = env.get("PATH", DEFAULT_PATH)
-        candidates = [os.path.join(d or ".", name) for d in search.split(":")]
-    denied = None
-    for cand in candidates:
-        cand = os.path.normpath(cand) if cand.startswith("/") else cand
-        if not cand.startswith("/"):
-            continue
-        host, cover = _plan.host_path(cand, mounts)
-        if host is None:
-            if cover is not None and (cover.dest == cand or not isinstance(
-                    cover, (_plan.MountTmpfs, _plan.MinimalDev, _plan.MountMqueue)) or any(
-                    getattr(op, "dest", None) == cand for op in mounts)):
-                return cand   # not host-backed: the backend's exec decides
-            continue   # an empty tmpfs/dev holds nothing the plan did not put there
-        try:
-            st = os.stat(host)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
-            return cand
-        denied = cand
-    if denied is not None:
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), denied)
-    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)

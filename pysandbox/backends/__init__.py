@@ -33,16 +33,17 @@ def get_backend(name: str):
     return backend
 
 
-def check_network_mode(policy) -> None:
-    if not policy.network.implemented:
+def check_network_mode(network) -> None:
+    """Raise NetworkModeUnsupported for a mode (a Plan's or Policy's ``network``) not built yet."""
+    if not network.implemented:
         raise NetworkModeUnsupported(
-            f"network mode {policy.network.mode!r} is not built yet; use 'deny' or 'allow'",
+            f"network mode {network.mode!r} is not built yet; use 'deny' or 'allow'",
             Reason.NETWORK_MODE_UNSUPPORTED)
 
 
 def select_backend(name: str, plan):
     """The backend that will run ``plan``, checked. Raises the typed reason when none can."""
-    check_network_mode(plan.policy)
+    check_network_mode(plan.network)
     if name != "auto":
         backend = get_backend(name)
         backend.check(plan)

@@ -66,6 +66,7 @@ from .. import probe as _probe
 from ..errors import (BackendUnavailable, BwrapOptionUnsupported, BwrapProbeFailed, PolicyError, Reason, SandboxError,
                       SetupError, error_for)
 from .. import plan as P
+from .. import view
 from ..policy import Bind, Network, Overlay
 from .base import BackendStatus, CapabilityStatus, Launch
 
@@ -86,7 +87,7 @@ def init_mode(plan: P.Plan) -> str | None:
     setup step that execs the command in its own process (``as_pid_1``: the command is
     pid 1; or no pid namespace); None: no init (the sandbox shows no procfs to exec it
     through, and the command need not be forked)."""
-    if "pid" in plan.namespaces and not plan.policy.as_pid_1:
+    if "pid" in plan.namespaces and not plan.as_pid_1:
         return "fork"
     return "exec" if proc_in_sandbox(plan) is not None else None
 
@@ -119,7 +120,6 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     Raises:
         PolicyError: an op this renderer does not know (a bug, not user input).
     """
-    policy = plan.policy
     out: list[tuple] = []
     namespaces = plan.namespaces
     for name, option in _NAMESPACE_OPTIONS:
@@ -128,13 +128,13 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False) 
     idmap = plan.idmap
     out.append(("--uid", str(idmap.uid)))
     out.append(("--gid", str(idmap.gid)))
-    # Always, whatever policy.die_with_parent says: the lifetime row of THREAT_MODEL.md.
+    # Always, whatever plan.die_with_parent says: the lifetime row of THREAT_MODEL.md.
     out.append(("--die-with-parent",))
     init = init_mode(plan)
-    if policy.as_pid_1 or init == "fork":
+    if plan.as_pid_1 or init == "fork":
         out.append(("--as-pid-1",))
-    if policy.argv0 is not None and not init:
-        out.append(("--argv0", policy.argv0))
+    if plan.argv0 is not None and not init:
+        out.append(("--argv0", plan.argv0))
     done: list = []
     for op in plan.ops:
         if isinstance(op, P.SetHostname):
@@ -252,7 +252,7 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             for name in op.keep:
                 keep |= 1 << CAPABILITIES.index(name)
     opts += ["-c", format(keep, "x")]
-    argv0 = plan.policy.argv0 if plan.policy.argv0 is not None else argv[0]
+    argv0 = plan.argv0 if plan.argv0 is not None else argv[0]
     tail = [*opts, "--", exe, argv0, *argv[1:]]
     if init_fd is None:
         import sys
@@ -810,14 +810,14 @@ class BwrapBackend:
 
     # -- locating ---------------------------------------------------------------------
 
-    def info(self, policy=None) -> _probe.BwrapInfo:
-        """The bwrap this backend would run for ``policy``: located, setuid-checked, probed.
+    def info(self, writable=()) -> _probe.BwrapInfo:
+        """The bwrap this backend would run for a sandbox that can write the host paths
+        ``writable`` (``Plan.writable_paths``): located, setuid-checked, probed.
 
         Raises:
             BwrapNotFound, SetuidRejected, BackendUnavailable (bwrap_in_writable_path),
             BwrapProbeFailed: as the names say.
         """
-        writable = _writable_host_paths(policy) if policy is not None else ()
         path = _probe.locate_bwrap(self._explicit, writable=writable)
         _probe.check_setuid(path, _probe.setuid_allowed(self._allow_setuid))
         return _probe.bwrap_info(path)
@@ -837,8 +837,8 @@ class BwrapBackend:
             namespace, loopback, proc): the first thing that fails.
         """
         from . import check_network_mode
-        check_network_mode(plan.policy)
-        info = self.info(plan.policy)
+        check_network_mode(plan.network)
+        info = self.info(plan.writable_paths)
         try:
             key = (info, hash(plan), plan)
         except TypeError:
@@ -907,12 +907,11 @@ class BwrapBackend:
         """
         import subprocess
 
-        from ..process import find_executable
         # First, with or without our init: a source swapped for a symlink since the policy
         # was built is refused before anything (the bwrap lookup below) follows it.
         binds = bind_identities(plan)
         info = self.check(plan)
-        resolved = find_executable(plan, launch.argv[0], launch.env)
+        resolved = view.find_executable(launch.argv[0], plan.mount_ops, launch.env, plan.chdir)
         command = list(launch.argv)
         if launch.executable is not None:
             command[0] = launch.executable
@@ -972,8 +971,8 @@ class BwrapBackend:
         sandbox_pid = int(m.group(1))
         # sandbox_pid is the command itself unless bwrap runs its own pid 1 (no init of
         # ours, a pid namespace, not as_pid_1): then it is that pid 1's first child
-        pid1 = "pid" in plan.namespaces and (plan.policy.as_pid_1 or init == "fork")
-        child = BwrapChild(proc.pid, sandbox_pid, plan.policy.as_pid_1 or init is not None, proc,
+        pid1 = "pid" in plan.namespaces and (plan.as_pid_1 or init == "fork")
+        child = BwrapChild(proc.pid, sandbox_pid, plan.as_pid_1 or init is not None, proc,
                            status_fd=status_r, pidfd=_pid1_fd(sandbox_pid, proc.pid) if pid1 else -1)
         if launch.on_start is not None:
             try:
@@ -1066,7 +1065,7 @@ class BwrapBackend:
         if policy is None:
             policy = Policy.default()
         try:
-            info = self.info(policy)
+            info = self.info(P.writable_host_paths(policy))
         except SandboxError as exc:
             return _unavailable(exc, policy)
         key = (info, policy)
@@ -1154,14 +1153,18 @@ def _check_expressible(plan: P.Plan, info) -> None:
             ``--dev-bind``; ``--remount-ro`` is not recursive, submounts stay writable).
         PolicyError: one descriptor feeds two files (bwrap closes it after the first).
     """
-    policy = plan.policy
-    for name, option in (("block_fd", "--block-fd"), ("userns_block_fd", "--userns-block-fd")):
-        if getattr(policy, name) is not None:
+    waits = (("block_fd", "--block-fd", plan.first(P.WaitFd)),
+             ("userns_block_fd", "--userns-block-fd", plan.idmap.block_fd))
+    for name, option, given in waits:
+        if given is not None:
             raise BwrapOptionUnsupported(
                 f"the bwrap backend cannot honour {name}: its launch waits for the command's exec "
                 f"(bwrap's {option} would stall it); use the native backend", Reason.BWRAP_OPTION_UNSUPPORTED)
-    for name in ("userns_fd", "pidns_fd", "userns2_fd"):
-        if getattr(policy, name) is not None:
+    join, enter2 = plan.first(P.JoinNamespaces), plan.first(P.EnterUserns2)
+    joined = (("userns_fd", join and join.userns_fd), ("pidns_fd", join and join.pidns_fd),
+              ("userns2_fd", enter2 and enter2.fd))
+    for name, given in joined:
+        if given is not None:
             raise BwrapOptionUnsupported(
                 f"the bwrap backend cannot honour {name}: bwrap joins given namespaces only without "
                 f"--unshare-user (or from its setuid parent), which this backend always passes; use the "
@@ -1191,19 +1194,6 @@ def _unavailable(exc: SandboxError, policy) -> BackendStatus:
 
 def _message(exc: BaseException) -> str:
     return exc.args[0] if getattr(exc, "args", None) else str(exc)
-
-
-def _writable_host_paths(policy) -> list[str]:
-    """Host paths the sandbox can write: rw bind sources, overlay upper (and work)
-    directories, and their sandbox paths."""
-    paths = []
-    for op in policy.fs:
-        if isinstance(op, Bind) and op.src is not None and not op.readonly:
-            paths.append(op.src)
-        elif isinstance(op, Overlay) and op.writable:
-            paths += [op.upper, op.work]
-    paths.extend(policy.writable_paths)
-    return paths
 
 
 def _nul_joined(words: list[str]) -> bytes:

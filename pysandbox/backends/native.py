@@ -198,11 +198,10 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
         PolicyError: never for a compiled plan (a bug otherwise).
     """
     ops: list[COp] = []
-    policy = plan.policy
     ns = plan.namespaces
     done: list = []
     disable_userns = plan.first(P.DisableUserns) is not None
-    init_needed = "pid" in ns and not policy.as_pid_1
+    init_needed = "pid" in ns and not plan.as_pid_1
     init_done = False
     new_session = plan.first(P.NewSession)
     # Id maps as bwrap: with a /dev (devpts is mounted as root) setup runs as root of
@@ -249,7 +248,7 @@ def translate(plan: P.Plan, *, base: str = "/tmp", last_cap: int = 40, fallback:
                            filename=f"descriptor {op.fd}"))
         elif isinstance(op, P.IdMap) and op.block_fd is not None:
             # bwrap --userns-block-fd: no maps of ours; the caller writes them while we wait.
-            ops.append(COp("WAIT_FD", flags=F_LIFELINE if policy.die_with_parent else 0, n=op.block_fd,
+            ops.append(COp("WAIT_FD", flags=F_LIFELINE if plan.die_with_parent else 0, n=op.block_fd,
                            stage="userns_block_fd", plan_index=i, filename=f"descriptor {op.block_fd}"))
             ops.append(COp("SETUP_ROOT", flags=F_USERNS_FDS if nest else 0, a=base,
                            stage="setup_root", plan_index=i, filename=base))
@@ -807,14 +806,12 @@ class NativeBackend:
         """
         ffi, lib = _load()
         ready = self._prepare(plan)
-        policy = plan.policy
         argv = list(launch.argv)
         exe = launch.executable or argv[0]
-        if policy.argv0 is not None:
-            argv[0] = policy.argv0
+        if plan.argv0 is not None:
+            argv[0] = plan.argv0
         argbuf = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
-        env = dict(launch.env)
-        env["PWD"] = (plan.first(P.Chdir) or P.Chdir("/")).path   # as bwrap: PWD is the new cwd (D1)
+        env = launch.env   # PWD included (SandboxProcess sets it, as bwrap does)
         envbuf = b"\0".join(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()) + b"\0"
         keep = [ffi.new("char[]", argbuf), ffi.new("char[]", envbuf), ffi.new("char[]", os.fsencode(exe)),
                 ffi.new("char[]", os.fsencode(env.get("PATH", DEFAULT_PATH))),

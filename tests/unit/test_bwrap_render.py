@@ -300,7 +300,7 @@ def test_never_inside_a_writable_path(tmp_path, monkeypatch):
     # the backend derives the writable paths from the policy
     backend = B.BwrapBackend(str(inside))
     with pytest.raises(BackendUnavailable) as info:
-        backend.info(Policy.default(workdir=str(tmp_path / "rw")))
+        backend.info(P.writable_host_paths(Policy.default(workdir=str(tmp_path / "rw"))))
     assert info.value.reason == Reason.BWRAP_IN_WRITABLE_PATH
 
 

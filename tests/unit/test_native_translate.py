@@ -125,8 +125,8 @@ def test_as_pid_1_has_no_init_and_flags():
 
 
 def test_nested_userns_switch():
-    plan = _plan(allow_nested_userns=True, uid=1000, gid=1000)
-    plan = P.compile(plan.policy.replace(fs=tuple(op for op in plan.policy.fs if not isinstance(op, PP.Dev))),
+    pol = PP.Policy.default(allow_nested_userns=True, uid=1000, gid=1000)
+    plan = P.compile(pol.replace(fs=tuple(op for op in pol.fs if not isinstance(op, PP.Dev))),
                      outer_ids=(1000, 1000))
     ops = N.translate(plan)
     assert "DISABLE_USERNS" not in kinds(ops) and not ops[1].flags & N.F_USERNS_FDS

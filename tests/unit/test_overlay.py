@@ -32,7 +32,7 @@ def layers(tmp_path):
 
 
 def _compile(*fs, **kw):
-    return P.compile(Policy(fs=(Tmpfs("/"),) + fs), outer_ids=(1000, 1000), **kw)
+    return P.compile(Policy(fs=(Tmpfs("/"),) + fs, **kw), outer_ids=(1000, 1000))
 
 
 # ---------------------------------------------------------------- Policy
@@ -96,10 +96,10 @@ def test_bwrap_under_an_upper_dir_is_refused(tmp_path, layers):
     inside = fake_bwrap(tmp_path / "up" / "bwrap")
     policy = Policy(fs=(Tmpfs("/"), Overlay("/o", (layers["l1"],), layers["up"], layers["wk"])))
     with pytest.raises(BackendUnavailable) as info:
-        B.BwrapBackend(str(inside)).info(policy)
+        B.BwrapBackend(str(inside)).info(P.writable_host_paths(policy))
     assert info.value.reason is Reason.BWRAP_IN_WRITABLE_PATH
     ro = Policy(fs=(Tmpfs("/"), Overlay("/o", (layers["up"], layers["l1"]))))   # a lower is not written
-    assert B.BwrapBackend(str(inside)).info(ro).path == str(inside)
+    assert B.BwrapBackend(str(inside)).info(P.writable_host_paths(ro)).path == str(inside)
 
 
 # ---------------------------------------------------------------- plan

@@ -21,7 +21,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from .errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
+from ..errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
 
 ENV_BWRAP = "PYSANDBOX_BWRAP"
 ENV_ALLOW_SETUID = "PYSANDBOX_ALLOW_SETUID_BWRAP"

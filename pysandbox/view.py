@@ -1,0 +1,140 @@
+"""The view of the sandbox from the host: what a sandbox path will be, after a prefix
+of filesystem operations, without launching anything.
+
+One walk serves every caller that needs to know in advance what the sandbox shows:
+the plan compiler (does a mount point exist inside a host bind?), the command lookup
+(which file will ``execve`` run?), pybwrap (does the caller's directory exist in the
+sandbox? which parents would bwrap create?). It reads either the plan's operations
+(:mod:`pysandbox.ops`) or a Policy's filesystem operations (:mod:`pysandbox.policy`):
+both spell a mount's target ``dest``, a bind's host path ``src`` and an overlay's
+layers ``upper``/``lower``. Host facts are ``lexists``/``stat`` only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+from . import ops as O
+from . import policy as P
+from .execpath import exec_candidates
+
+# What puts a new filesystem on a path (the rest only add nodes inside one).
+_MOUNTS = (O.BindMount, O.MountTmpfs, O.MountOverlay, O.MountProc, O.MinimalDev, O.MountMqueue,
+           P.Bind, P.Tmpfs, P.Overlay, P.Proc, P.Dev, P.Mqueue)
+_BINDS = (O.BindMount, P.Bind)
+_OVERLAYS = (O.MountOverlay, P.Overlay)
+_EMPTY = (O.MountTmpfs, O.MinimalDev, O.MountMqueue, P.Tmpfs, P.Dev, P.Mqueue)
+_LEAVES = (O.WriteFile, O.MakeSymlink, P.File, P.Symlink)
+
+
+def is_mount(op) -> bool:
+    """Whether ``op`` mounts something on its destination (a file bind included; a
+    Policy's optional bind whose source is missing is skipped, as the plan skips it)."""
+    if isinstance(op, P.Bind) and op.optional and op.src is not None and not os.path.lexists(op.src):
+        return False
+    return isinstance(op, _MOUNTS) or (isinstance(op, (O.WriteFile, P.File)) and op.bind)
+
+
+def under(path: str, dest: str) -> bool:
+    """Whether ``path`` is ``dest`` or inside it."""
+    return dest == "/" or path == dest or path.startswith(dest + "/")
+
+
+def cover(path: str, done) -> int:
+    """The index in ``done`` of the innermost mount covering ``path``; -1: the setup's
+    empty root."""
+    for i in range(len(done) - 1, -1, -1):
+        if is_mount(done[i]) and under(path, done[i].dest):
+            return i
+    return -1
+
+
+def _layers(op, rest: str):
+    """The host paths an overlay shows at ``rest``, topmost layer first."""
+    layers = ((op.upper,) if op.upper is not None else ()) + tuple(reversed(op.lower))
+    return [(layer.rstrip("/") + rest) or "/" for layer in layers]
+
+
+def host_path(sandbox_path: str, done) -> tuple[str | None, object | None]:
+    """Where ``sandbox_path`` lives, given the mount ops applied so far.
+
+    Returns ``(host_path, op)``: the host path behind it when the innermost covering
+    mount is a host bind or an overlay layer that has it (else None), and that covering
+    op (None: the setup tmpfs root).
+    """
+    i = cover(sandbox_path, done)
+    if i < 0:
+        return None, None
+    op = done[i]
+    rest = sandbox_path[len(op.dest):] if op.dest != "/" else sandbox_path
+    if isinstance(op, _BINDS) and op.src is not None:
+        src = op.src.rstrip("/") or ""
+        return (src + rest) if (src + rest) else "/", op
+    if isinstance(op, _OVERLAYS):
+        for cand in _layers(op, rest):
+            if os.path.lexists(cand):
+                return cand, op
+    return None, op
+
+
+def _made_at_or_below(path: str, ops) -> object | None:
+    """The first op of ``ops`` that makes ``path`` or something inside it."""
+    below = path.rstrip("/") + "/"
+    return next((op for op in ops if getattr(op, "dest", None) == path
+                 or (getattr(op, "dest", None) or "").startswith(below)), None)
+
+
+def exists(path: str, done) -> bool:
+    """Whether ``path`` exists in the sandbox after the ops ``done``."""
+    i = cover(path, done)
+    if _made_at_or_below(path, done[i + 1:]) is not None:
+        return True
+    if i < 0:
+        return path == "/"
+    host, op = host_path(path, done)
+    if host is not None:
+        return os.path.lexists(host)
+    return path == op.dest
+
+
+def is_dir(path: str, done) -> bool:
+    """Whether ``path`` will be a directory in the sandbox (bwrap's chdir(old_cwd) test)."""
+    host, op = host_path(path, done)
+    if host is not None:
+        return os.path.isdir(host)
+    if op is None:
+        return False
+    made = _made_at_or_below(path, done)
+    if made is not None:
+        return not isinstance(made, _LEAVES) or made.dest != path
+    return path == op.dest
+
+
+def find_executable(name: str, done, env: dict, cwd: str) -> str:
+    """Find ``name`` as the sandbox's ``execve`` will (the PATH rule of
+    :func:`pysandbox.execpath.exec_candidates`), through the ops ``done``.
+
+    Returns the sandbox path. Raises FileNotFoundError or PermissionError as exec
+    would; a path not backed by the host (tmpfs, created by the plan) is assumed
+    executable and left to the backend's exec to judge.
+    """
+    denied = None
+    for cand in exec_candidates(name, env.get("PATH"), cwd):
+        host, op = host_path(cand, done)
+        if host is None:
+            if op is not None and (op.dest == cand or not isinstance(op, _EMPTY)
+                                   or any(getattr(o, "dest", None) == cand for o in done)):
+                return cand   # not host-backed: the backend's exec decides
+            continue   # an empty tmpfs/dev holds nothing the plan did not put there
+        try:
+            st = os.stat(host)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
+            return cand
+        denied = cand
+    if denied is not None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), denied)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
