@@ -16,7 +16,7 @@ from pysandbox import view
 from pysandbox.errors import BwrapArgumentError, Reason
 from pysandbox.process import Popen, compiled
 
-from .mapping import Compat, to_policy
+from .mapping import to_policy
 from .parser import BwrapArgs
 
 

@@ -11,9 +11,14 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping
 
+from .checks import (as_tuple, canonical, check_fd, check_id, check_mode, check_path,  # noqa: F401
+                     check_size, require_hashable, set_field, validated)
 from .errors import PolicyError, Reason
+# The filesystem operations are part of the Policy's vocabulary: importable from here.
+from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
+                 Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
 NETWORK_MODES = ("deny", "allow", "proxy")
@@ -32,361 +37,10 @@ CAPABILITIES = (
 )
 
 
-# ---------------------------------------------------------------- validation helpers
-
-def check_path(path, what: str = "path") -> str:
-    """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/')."""
-    if isinstance(path, os.PathLike):
-        path = os.fspath(path)
-    if isinstance(path, bytes):
-        try:
-            path = path.decode()
-        except UnicodeDecodeError:
-            raise PolicyError(f"{what} is not valid UTF-8: {path!r}", Reason.INVALID_PATH, path) from None
-    if not isinstance(path, str):
-        raise PolicyError(f"{what} must be a string, not {type(path).__name__}", Reason.INVALID_PATH, path)
-    if not path or "\x00" in path:
-        raise PolicyError(f"{what} is empty or contains NUL: {path!r}", Reason.INVALID_PATH, path)
-    if not path.startswith("/"):
-        raise PolicyError(f"{what} must be absolute: {path!r}", Reason.INVALID_PATH, path)
-    if len(path.encode(errors="surrogateescape")) >= 4096:
-        raise PolicyError(f"{what} is longer than PATH_MAX: {path[:40]!r}...", Reason.INVALID_PATH, path)
-    try:
-        path.encode()
-    except UnicodeEncodeError:
-        raise PolicyError(f"{what} is not valid UTF-8: {path!r}", Reason.INVALID_PATH, path) from None
-    parts = []
-    for part in path.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            raise PolicyError(f"{what} must not contain '..': {path!r}", Reason.INVALID_PATH, path)
-        if len(part.encode()) > 255:
-            raise PolicyError(f"{what} has a component longer than NAME_MAX: {path[:40]!r}...",
-                              Reason.INVALID_PATH, path)
-        parts.append(part)
-    return "/" + "/".join(parts)
-
-
-def canonical(path: str) -> str:
-    """``path`` (absolute, checked) with every symlink in it resolved as the host has it
-    now (os.path.realpath; a missing tail is kept as given). Host paths of a policy are
-    kept in this form: the native backend resolves them at launch without following
-    any symlink, so a symlink swapped in later makes the launch fail closed
-    (``symlink_in_path``) instead of binding what it points to."""
-    return os.path.realpath(path)
-
-
-def check_mode(mode, what: str = "mode") -> int | None:
-    if mode is None:
-        return None
-    if isinstance(mode, str):
-        try:
-            mode = int(mode, 8)
-        except ValueError:
-            raise PolicyError(f"{what} is not an octal number: {mode!r}", Reason.INVALID_MODE, mode) from None
-    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
-        raise PolicyError(f"{what} must be an integer in 0..0o7777: {mode!r}", Reason.INVALID_MODE, mode)
-    return mode
-
-
-def check_size(size) -> int | None:
-    if size is None:
-        return None
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size < 2**63:
-        raise PolicyError(f"size must be a positive integer of bytes: {size!r}", Reason.INVALID_SIZE, size)
-    return size
-
-
-def check_fd(fd, what: str = "descriptor") -> int:
-    if isinstance(fd, bool) or not isinstance(fd, int) or not 0 <= fd < 2**31:
-        raise PolicyError(f"{what} must be a non-negative integer: {fd!r}", Reason.INVALID_VALUE, fd)
-    return fd
-
-
-def check_id(value, what: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 1:
-        raise PolicyError(f"{what} must be an integer in 0..2**32-2: {value!r}", Reason.INVALID_VALUE, value)
-    return value
-
-
-def _set(obj, name, value):
-    object.__setattr__(obj, name, value)
-
-
-def _validated(cls):
-    """Any malformed input to a policy dataclass becomes a PolicyError, never a TypeError
-    or another builtin exception leaking from the validation code."""
-    check = cls.__post_init__
-
-    def __post_init__(self):
-        try:
-            check(self)
-        except PolicyError:
-            raise
-        except (TypeError, ValueError, AttributeError, OverflowError, KeyError) as exc:
-            raise PolicyError(f"invalid {cls.__name__}: {exc}", Reason.INVALID_VALUE, None) from exc
-
-    cls.__post_init__ = __post_init__
-    return cls
-
-
-def _items(value, what: str) -> tuple:
-    """``tuple(value)``, with a PolicyError instead of a TypeError for a non-collection."""
-    try:
-        return tuple(value)
-    except TypeError:
-        raise PolicyError(f"{what} must be a collection, not {type(value).__name__}",
-                          Reason.INVALID_VALUE, value) from None
-
-
-def _hashable(item, what: str) -> bool:
-    try:
-        hash(item)
-    except TypeError:
-        raise PolicyError(f"{what} entries must be names: {item!r}", Reason.INVALID_VALUE, item) from None
-    return True
-
-
-# ---------------------------------------------------------------- filesystem operations
-
-@_validated
-@dataclass(frozen=True)
-class Bind:
-    """Bind the host path ``src`` on ``dest``. ``readonly`` applies to every submount;
-    ``dev`` keeps device nodes usable; ``optional`` skips a missing source (bwrap -try).
-    ``src_fd`` binds an open descriptor instead of a path (bwrap --bind-fd).
-    ``src`` is kept canonical (:func:`canonical`): a symlink named here is resolved
-    now, and the launch binds that path without following any symlink in it."""
-
-    src: str | None
-    dest: str
-    readonly: bool = False
-    dev: bool = False
-    optional: bool = False
-    src_fd: int | None = None
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "bind destination"))
-        if self.src_fd is not None:
-            if self.src is not None:
-                raise PolicyError("bind takes a source path or a descriptor, not both",
-                                  Reason.CONFLICTING_OPTIONS, self.src)
-            _set(self, "src_fd", check_fd(self.src_fd, "bind source descriptor"))
-        else:
-            # What a symlink the caller named points to NOW: the launch then binds this
-            # path without following any symlink (one planted later fails closed).
-            _set(self, "src", canonical(check_path(self.src, "bind source")))
-        for flag in ("readonly", "dev", "optional"):
-            if not isinstance(getattr(self, flag), bool):
-                raise PolicyError(f"bind {flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
-
-
-@_validated
-@dataclass(frozen=True)
-class Tmpfs:
-    dest: str
-    size: int | None = None
-    mode: int | None = None
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "tmpfs destination"))
-        _set(self, "size", check_size(self.size))
-        _set(self, "mode", check_mode(self.mode, "tmpfs mode"))
-
-
-@_validated
-@dataclass(frozen=True)
-class Proc:
-    dest: str = "/proc"
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "proc destination"))
-
-
-@_validated
-@dataclass(frozen=True)
-class Dev:
-    """A minimal /dev: null zero full random urandom tty, fd links, devpts, shm."""
-
-    dest: str = "/dev"
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "dev destination"))
-
-
-@_validated
-@dataclass(frozen=True)
-class Mqueue:
-    dest: str = "/dev/mqueue"
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "mqueue destination"))
-
-
-@_validated
-@dataclass(frozen=True)
-class Dir:
-    dest: str
-    mode: int | None = None
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "dir"))
-        _set(self, "mode", check_mode(self.mode, "dir mode"))
-
-
-@_validated
-@dataclass(frozen=True)
-class Symlink:
-    target: str
-    dest: str
-
-    def __post_init__(self):
-        if not isinstance(self.target, str) or not self.target or "\x00" in self.target:
-            raise PolicyError(f"symlink target must be a non-empty string without NUL: {self.target!r}",
-                              Reason.INVALID_PATH, self.target)
-        _set(self, "dest", check_path(self.dest, "symlink"))
-
-
-@_validated
-@dataclass(frozen=True)
-class File:
-    """A new file at ``dest`` holding ``data`` (bytes) or what is read from ``fd``.
-
-    ``bind`` makes it a file of its own bind-mounted on dest (bwrap --bind-data),
-    ``readonly`` with it (bwrap --ro-bind-data); without ``bind`` it is written in
-    place (bwrap --file)."""
-
-    dest: str
-    data: bytes | None = None
-    fd: int | None = None
-    mode: int | None = None
-    bind: bool = False
-    readonly: bool = False
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "file"))
-        if (self.data is None) == (self.fd is None):
-            raise PolicyError("file takes exactly one of data or fd", Reason.CONFLICTING_OPTIONS, self.dest)
-        if self.data is not None:
-            if isinstance(self.data, str):
-                _set(self, "data", self.data.encode())
-            elif not isinstance(self.data, (bytes, bytearray)):
-                raise PolicyError("file data must be bytes", Reason.INVALID_VALUE, self.data)
-            else:
-                _set(self, "data", bytes(self.data))
-        else:
-            _set(self, "fd", check_fd(self.fd, "file descriptor"))
-        _set(self, "mode", check_mode(self.mode, "file mode"))
-        if self.readonly and not self.bind:
-            raise PolicyError("a read-only file must be bind-mounted (bind=True)",
-                              Reason.CONFLICTING_OPTIONS, self.dest)
-
-
-@_validated
-@dataclass(frozen=True)
-class RemountRo:
-    """Make the mount at ``dest`` read-only (not recursive, as bwrap --remount-ro)."""
-
-    dest: str
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "remount-ro"))
-
-
-@_validated
-@dataclass(frozen=True)
-class Chmod:
-    dest: str
-    mode: int = 0o755
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "chmod path"))
-        _set(self, "mode", check_mode(self.mode, "chmod mode"))
-        if self.mode is None:
-            raise PolicyError("chmod needs a mode", Reason.INVALID_MODE, None)
-
-
-@_validated
-@dataclass(frozen=True)
-class Hide:
-    """Cover ``path`` with an empty, read-only, inaccessible node (never created on the host).
-    A path that does not exist is already hidden and is skipped; on the native backend,
-    one that existed when the plan was made and cannot be reached at launch for any
-    reason but having vanished (its last component missing) fails the launch."""
-
-    path: str
-
-    def __post_init__(self):
-        _set(self, "path", check_path(self.path, "hide path"))
-
-
-@_validated
-@dataclass(frozen=True)
-class Overlay:
-    """An overlayfs on ``dest``: the host directories ``lower`` merged, the FIRST given
-    at the bottom and the last on top (bubblewrap's ``--overlay-src`` order).
-
-    Writes go to the host directory ``upper`` (with ``work``, an empty directory on the
-    same filesystem, for the kernel's use: bwrap --overlay), or with ``tmp=True`` to an
-    invisible tmpfs that vanishes with the sandbox (bwrap --tmp-overlay). With neither
-    the overlay is read-only and needs at least two lowers (bwrap --ro-overlay).
-    Mounted nosuid,nodev (bwrap sets neither: stricter)."""
-
-    dest: str
-    lower: tuple[str, ...] = ()
-    upper: str | None = None
-    work: str | None = None
-    tmp: bool = False
-
-    def __post_init__(self):
-        _set(self, "dest", check_path(self.dest, "overlay destination"))
-        if isinstance(self.lower, (str, bytes, os.PathLike)):
-            raise PolicyError("overlay lower must be a collection of paths, not one path",
-                              Reason.INVALID_VALUE, self.lower)
-        lower = tuple(canonical(check_path(p, "overlay lower dir")) for p in _items(self.lower, "overlay lower"))
-        _set(self, "lower", lower)
-        if not isinstance(self.tmp, bool):
-            raise PolicyError("overlay tmp must be a bool", Reason.INVALID_VALUE, self.tmp)
-        if (self.upper is None) != (self.work is None):
-            raise PolicyError("an overlay takes both an upper and a work directory, or neither",
-                              Reason.CONFLICTING_OPTIONS, (self.upper, self.work))
-        if self.upper is not None:
-            if self.tmp:
-                raise PolicyError("a tmp overlay writes to a tmpfs: it takes no upper or work directory",
-                                  Reason.CONFLICTING_OPTIONS, self.upper)
-            _set(self, "upper", canonical(check_path(self.upper, "overlay upper dir")))
-            _set(self, "work", canonical(check_path(self.work, "overlay work dir")))
-        least = 2 if self.upper is None and not self.tmp else 1
-        if len(lower) < least:
-            what = "a read-only overlay needs at least two lower directories" if least == 2 else \
-                "an overlay needs at least one lower directory"
-            raise PolicyError(what, Reason.INVALID_VALUE, lower)
-
-    @property
-    def writable(self) -> bool:
-        """Writes reach the host (an upper directory)."""
-        return self.upper is not None
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        """The host directories it uses: lowers, then upper and work."""
-        return self.lower + ((self.upper, self.work) if self.upper is not None else ())
-
-
-FsOp = Union[Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide, Overlay]
-FS_OP_TYPES = (Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide, Overlay)
-
-
-def fs_dest(op: FsOp) -> str:
-    return op.path if isinstance(op, Hide) else op.dest
-
 
 # ---------------------------------------------------------------- network, environment
 
-@_validated
+@validated
 @dataclass(frozen=True)
 class Network:
     """``deny``: a new network namespace with only ``lo`` up. ``allow``: host network.
@@ -400,12 +54,12 @@ class Network:
         if self.mode not in NETWORK_MODES:
             raise PolicyError(f"network mode must be one of {', '.join(NETWORK_MODES)}: {self.mode!r}",
                               Reason.INVALID_VALUE, self.mode)
-        hosts = _items(self.allow_hosts, "allow_hosts")
+        hosts = as_tuple(self.allow_hosts, "allow_hosts")
         if any(not isinstance(h, str) or not h for h in hosts):
             raise PolicyError("allow_hosts must be non-empty strings", Reason.INVALID_VALUE, hosts)
         if hosts and self.mode != "proxy":
             raise PolicyError("allow_hosts needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS, hosts)
-        _set(self, "allow_hosts", hosts)
+        set_field(self, "allow_hosts", hosts)
 
     @property
     def implemented(self) -> bool:
@@ -416,7 +70,7 @@ class Network:
         return self.mode != "allow"
 
 
-@_validated
+@validated
 @dataclass(frozen=True)
 class Env:
     """Environment operations, applied to the caller's environment at launch:
@@ -437,7 +91,7 @@ class Env:
     keep: tuple[str, ...] | None = None
 
     def __post_init__(self):
-        pairs = tuple(self.set.items()) if isinstance(self.set, Mapping) else _items(self.set, "environment set")
+        pairs = tuple(self.set.items()) if isinstance(self.set, Mapping) else as_tuple(self.set, "environment set")
         for pair in pairs:
             if not (isinstance(pair, tuple) and len(pair) == 2):
                 raise PolicyError(f"environment entry must be (name, value): {pair!r}", Reason.INVALID_VALUE, pair)
@@ -446,23 +100,23 @@ class Env:
             if not isinstance(value, str) or "\x00" in value:
                 raise PolicyError(f"environment value must be a string without NUL: {value!r}",
                                   Reason.INVALID_VALUE, value)
-        for name in _items(self.unset, "environment unset"):
+        for name in as_tuple(self.unset, "environment unset"):
             _check_env_name(name)
-        _set(self, "set", pairs)
-        _set(self, "unset", tuple(self.unset))
+        set_field(self, "set", pairs)
+        set_field(self, "unset", tuple(self.unset))
         if not isinstance(self.clear, bool):
             raise PolicyError("clear must be a bool", Reason.INVALID_VALUE, self.clear)
         if self.keep is not None:
             if isinstance(self.keep, str):
                 raise PolicyError("keep must be a collection of names, not one string",
                                   Reason.INVALID_VALUE, self.keep)
-            keep = _items(self.keep, "environment keep")
+            keep = as_tuple(self.keep, "environment keep")
             for name in keep:
                 _check_env_name(name)
             if self.clear:
                 raise PolicyError("environment keep already drops every other variable: do not also clear",
                                   Reason.CONFLICTING_OPTIONS, keep)
-            _set(self, "keep", tuple(dict.fromkeys(keep)))
+            set_field(self, "keep", tuple(dict.fromkeys(keep)))
 
     def apply(self, base: Mapping[str, str]) -> dict[str, str]:
         if self.clear:
@@ -486,7 +140,7 @@ def _check_env_name(name):
 
 # ---------------------------------------------------------------- the policy
 
-@_validated
+@validated
 @dataclass(frozen=True)
 class Policy:
     """What the sandbox may see and do.
@@ -527,14 +181,14 @@ class Policy:
     userns2_fd: int | None = None          # after the setup, switch to this user namespace
 
     def __post_init__(self):
-        fs = _items(self.fs, "fs")
+        fs = as_tuple(self.fs, "fs")
         for op in fs:
             if not isinstance(op, FS_OP_TYPES):
                 raise PolicyError(f"not a filesystem operation: {op!r}", Reason.INVALID_VALUE, op)
-        _set(self, "fs", fs)
+        set_field(self, "fs", fs)
         if isinstance(self.namespaces, str):
             raise PolicyError("namespaces must be a collection of names", Reason.INVALID_VALUE, self.namespaces)
-        ns = frozenset(n for n in _items(self.namespaces, "namespaces") if _hashable(n, "namespaces"))
+        ns = frozenset(n for n in as_tuple(self.namespaces, "namespaces") if require_hashable(n, "namespaces"))
         unknown = ns - set(NAMESPACES)
         if unknown:
             raise PolicyError(f"unknown namespaces: {sorted(unknown)}", Reason.INVALID_VALUE, sorted(unknown))
@@ -543,17 +197,17 @@ class Policy:
                               Reason.CONFLICTING_OPTIONS, "net")
         if "user" not in ns:
             raise PolicyError("pysandbox always uses a user namespace", Reason.CONFLICTING_OPTIONS, "user")
-        _set(self, "namespaces", ns)
+        set_field(self, "namespaces", ns)
         if isinstance(self.network, str):
-            _set(self, "network", Network(self.network))
+            set_field(self, "network", Network(self.network))
         elif not isinstance(self.network, Network):
             raise PolicyError("network must be a mode string or Network", Reason.INVALID_VALUE, self.network)
         if not isinstance(self.env, Env):
             raise PolicyError("env must be an Env", Reason.INVALID_VALUE, self.env)
         if self.chdir is not None:
-            _set(self, "chdir", check_path(self.chdir, "chdir"))
-        _set(self, "uid", check_id(self.uid, "uid"))
-        _set(self, "gid", check_id(self.gid, "gid"))
+            set_field(self, "chdir", check_path(self.chdir, "chdir"))
+        set_field(self, "uid", check_id(self.uid, "uid"))
+        set_field(self, "gid", check_id(self.gid, "gid"))
         if self.hostname is not None:
             if not isinstance(self.hostname, str) or not _HOSTNAME.match(self.hostname):
                 raise PolicyError(f"hostname must be 1-63 letters, digits, '.' or '-': {self.hostname!r}",
@@ -573,18 +227,18 @@ class Policy:
                               f"{self.network.mode!r}", Reason.CONFLICTING_OPTIONS, "allow_io_uring")
         if self.as_pid_1 and "pid" not in ns:
             raise PolicyError("as_pid_1 needs the pid namespace", Reason.CONFLICTING_OPTIONS, "as_pid_1")
-        caps = frozenset(_cap_name(c) for c in _items(self.caps_keep, "caps_keep"))
-        _set(self, "caps_keep", caps)
-        fds = tuple(check_fd(fd, "pass_fds entry") for fd in _items(self.pass_fds, "pass_fds"))
+        caps = frozenset(_cap_name(c) for c in as_tuple(self.caps_keep, "caps_keep"))
+        set_field(self, "caps_keep", caps)
+        fds = tuple(check_fd(fd, "pass_fds entry") for fd in as_tuple(self.pass_fds, "pass_fds"))
         if any(fd < 3 for fd in fds):
             raise PolicyError("pass_fds must be >= 3 (stdio is always passed)", Reason.INVALID_VALUE, fds)
-        _set(self, "pass_fds", tuple(sorted(set(fds))))
-        progs = _items(self.seccomp, "seccomp")
+        set_field(self, "pass_fds", tuple(sorted(set(fds))))
+        progs = as_tuple(self.seccomp, "seccomp")
         for prog in progs:
             if not isinstance(prog, (bytes, bytearray)) or not prog or len(prog) % 8 or len(prog) > 8 * 4096:
                 raise PolicyError("a seccomp program is classic BPF: a non-empty multiple of 8 bytes, "
                                   "at most 4096 instructions", Reason.INVALID_VALUE, prog)
-        _set(self, "seccomp", tuple(bytes(p) for p in progs))
+        set_field(self, "seccomp", tuple(bytes(p) for p in progs))
         self._check_block_fds(fds)
         if self.argv0 is not None and (not isinstance(self.argv0, str) or "\x00" in self.argv0):
             raise PolicyError("argv0 must be a string without NUL", Reason.INVALID_VALUE, self.argv0)
@@ -594,7 +248,7 @@ class Policy:
             value = getattr(self, name)
             if value is not None:
                 value = check_fd(value, name)
-                _set(self, name, value)
+                set_field(self, name, value)
                 if value in passed and name.endswith("block_fd"):   # setns leaves the others open
                     raise PolicyError(f"{name} {value} is consumed by the setup; it cannot also be in pass_fds",
                                       Reason.CONFLICTING_OPTIONS, value)
@@ -716,19 +370,3 @@ def _cap_name(cap) -> str:
     if name not in CAPABILITIES:
         raise PolicyError(f"unknown capability: {cap!r}", Reason.INVALID_VALUE, cap)
     return name
-
-
-def check_bind_source(op: Bind) -> None:
-    """A bind source must exist unless the bind is optional (checked before any launch)."""
-    if op.src is None or op.optional:
-        return
-    if not os.path.lexists(op.src):
-        raise PolicyError(f"bind source does not exist: {op.src}", Reason.BIND_SOURCE_MISSING, op.src)
-
-
-def check_overlay_sources(op: Overlay) -> None:
-    """Every directory of an overlay must exist on the host (checked before any launch,
-    as a bind source: ``bind_source_missing``)."""
-    for src in op.sources:
-        if not os.path.lexists(src):
-            raise PolicyError(f"overlay source does not exist: {src}", Reason.BIND_SOURCE_MISSING, src)

@@ -1,0 +1,125 @@
+"""Validation helpers shared by the Policy records: each turns one user value into
+its checked form or raises :class:`~pysandbox.errors.PolicyError` with a reason and the
+offending value. Pure, except :func:`canonical` (realpath) for host paths."""
+
+from __future__ import annotations
+
+import os
+
+from .errors import PolicyError, Reason
+
+
+def check_path(path, what: str = "path") -> str:
+    """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/')."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if isinstance(path, bytes):
+        try:
+            path = path.decode()
+        except UnicodeDecodeError:
+            raise PolicyError(f"{what} is not valid UTF-8: {path!r}", Reason.INVALID_PATH, path) from None
+    if not isinstance(path, str):
+        raise PolicyError(f"{what} must be a string, not {type(path).__name__}", Reason.INVALID_PATH, path)
+    if not path or "\x00" in path:
+        raise PolicyError(f"{what} is empty or contains NUL: {path!r}", Reason.INVALID_PATH, path)
+    if not path.startswith("/"):
+        raise PolicyError(f"{what} must be absolute: {path!r}", Reason.INVALID_PATH, path)
+    if len(path.encode(errors="surrogateescape")) >= 4096:
+        raise PolicyError(f"{what} is longer than PATH_MAX: {path[:40]!r}...", Reason.INVALID_PATH, path)
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        raise PolicyError(f"{what} is not valid UTF-8: {path!r}", Reason.INVALID_PATH, path) from None
+    parts = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            raise PolicyError(f"{what} must not contain '..': {path!r}", Reason.INVALID_PATH, path)
+        if len(part.encode()) > 255:
+            raise PolicyError(f"{what} has a component longer than NAME_MAX: {path[:40]!r}...",
+                              Reason.INVALID_PATH, path)
+        parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def canonical(path: str) -> str:
+    """``path`` (absolute, checked) with every symlink in it resolved as the host has it
+    now (os.path.realpath; a missing tail is kept as given). Host paths of a policy are
+    kept in this form: the native backend resolves them at launch without following
+    any symlink, so a symlink swapped in later makes the launch fail closed
+    (``symlink_in_path``) instead of binding what it points to."""
+    return os.path.realpath(path)
+
+
+def check_mode(mode, what: str = "mode") -> int | None:
+    if mode is None:
+        return None
+    if isinstance(mode, str):
+        try:
+            mode = int(mode, 8)
+        except ValueError:
+            raise PolicyError(f"{what} is not an octal number: {mode!r}", Reason.INVALID_MODE, mode) from None
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+        raise PolicyError(f"{what} must be an integer in 0..0o7777: {mode!r}", Reason.INVALID_MODE, mode)
+    return mode
+
+
+def check_size(size) -> int | None:
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 < size < 2**63:
+        raise PolicyError(f"size must be a positive integer of bytes: {size!r}", Reason.INVALID_SIZE, size)
+    return size
+
+
+def check_fd(fd, what: str = "descriptor") -> int:
+    if isinstance(fd, bool) or not isinstance(fd, int) or not 0 <= fd < 2**31:
+        raise PolicyError(f"{what} must be a non-negative integer: {fd!r}", Reason.INVALID_VALUE, fd)
+    return fd
+
+
+def check_id(value, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32 - 1:
+        raise PolicyError(f"{what} must be an integer in 0..2**32-2: {value!r}", Reason.INVALID_VALUE, value)
+    return value
+
+
+def set_field(obj, name, value):
+    object.__setattr__(obj, name, value)
+
+
+def validated(cls):
+    """Any malformed input to a policy dataclass becomes a PolicyError, never a TypeError
+    or another builtin exception leaking from the validation code."""
+    check = cls.__post_init__
+
+    def __post_init__(self):
+        try:
+            check(self)
+        except PolicyError:
+            raise
+        except (TypeError, ValueError, AttributeError, OverflowError, KeyError) as exc:
+            raise PolicyError(f"invalid {cls.__name__}: {exc}", Reason.INVALID_VALUE, None) from exc
+
+    cls.__post_init__ = __post_init__
+    return cls
+
+
+def as_tuple(value, what: str) -> tuple:
+    """``tuple(value)``, with a PolicyError instead of a TypeError for a non-collection."""
+    try:
+        return tuple(value)
+    except TypeError:
+        raise PolicyError(f"{what} must be a collection, not {type(value).__name__}",
+                          Reason.INVALID_VALUE, value) from None
+
+
+def require_hashable(item, what: str) -> bool:
+    try:
+        hash(item)
+    except TypeError:
+        raise PolicyError(f"{what} entries must be names: {item!r}", Reason.INVALID_VALUE, item) from None
+    return True
