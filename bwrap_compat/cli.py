@@ -83,7 +83,8 @@ def main(argv=None) -> int:
         print(VERSION, flush=True)
         return 0
     from pysandbox.errors import BwrapArgumentError, SandboxError
-    from .parser import check, parse
+    from .checks import check
+    from .parser import parse
     try:
         args = parse(argv)
     except BwrapArgumentError as exc:

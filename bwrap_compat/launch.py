@@ -17,7 +17,7 @@ from pysandbox.errors import BwrapArgumentError, Reason
 from pysandbox.process import Popen, compiled
 
 from .mapping import to_policy
-from .parser import BwrapArgs
+from .args import BwrapArgs
 
 
 def _err(message):

@@ -24,7 +24,7 @@ from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mq
 from pysandbox import view
 from pysandbox.plan import PROC_READONLY
 
-from .parser import BwrapArgs, CAP_NAMES, read_fd_default
+from .args import BwrapArgs, CAP_NAMES, read_fd_default
 
 NS_INFO_ORDER = ("cgroup", "ipc", "mnt", "net", "pid", "uts")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pysandbox.errors import BwrapArgumentError, Reason
 
-from .parser import ALL_CAPS, CAP_NAMES, PERMS_DEFAULT, BwrapArgs
+from .args import ALL_CAPS, CAP_NAMES, PERMS_DEFAULT, BwrapArgs
 
 _FLAGS = ("unshare_user", "unshare_user_try", "unshare_ipc", "unshare_pid", "unshare_net", "unshare_uts",
           "unshare_cgroup", "unshare_cgroup_try", "disable_userns", "assert_userns_disabled",
