@@ -14,6 +14,7 @@ import signal
 
 from pysandbox import view
 from pysandbox.errors import BwrapArgumentError, Reason
+from pysandbox.lifecycle import exit_status
 from pysandbox.process import Popen, compiled
 
 from .mapping import to_policy
@@ -115,10 +116,6 @@ def info_document(pid: int, ids) -> str:
 
 def json_status_document(pid: int, ids) -> str:
     return "{ \"child-pid\": %i" % pid + "".join(", \"%s-namespace\": %d" % i for i in ids) + " }\n"
-
-
-def exit_status(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def run(args: BwrapArgs, backend: str = "native") -> int:

@@ -15,12 +15,14 @@ import os
 import signal
 import sys
 
+from .lifecycle import KILL_GRACE, exit_status, stop
+
 EXIT_SETUP = 125
 EXIT_NOEXEC = 126
 EXIT_NOTFOUND = 127
 EXIT_USAGE = 2
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-GRACE = 2.0   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
+GRACE = KILL_GRACE   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
 PROG = "pysandbox"
 
 RUN_EPILOG = """\
@@ -249,7 +251,7 @@ def _run(parser, args) -> int:
         if not started:
             pending.append(signum)
             return
-        _deliver(started[0], signum)
+        started[0].forward_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
@@ -278,32 +280,14 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
     started.append(proc)
     logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
     for sig in pending:
-        _deliver(proc, sig)
+        proc.forward_signal(sig)
     try:
         code = proc.wait(timeout=args.timeout)
     except TimeoutExpired:
         _say(f"timeout: {args.timeout:g} seconds passed; SIGTERM to the command, "
              f"SIGKILL to the sandbox {GRACE:g} seconds later")
-        _deliver(proc, signal.SIGTERM)
-        try:
-            code = proc.wait(timeout=GRACE)
-        except TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-    return 128 - code if code < 0 else code
-
-
-def _deliver(proc, signum) -> None:
-    """Send ``signum`` to the sandboxed command: through the backend when it knows how
-    (bwrap's pid 1 does not forward signals), else to the sandbox's outer process."""
-    forward = getattr(getattr(proc, "_child", None), "forward_signal", None)
-    try:
-        if forward is not None:
-            forward(signum)
-        elif proc.returncode is None:
-            proc.send_signal(signum)
-    except OSError:
-        pass
+        code = stop(proc, GRACE)
+    return exit_status(code)
 
 
 def _status(args) -> int:

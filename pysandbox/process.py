@@ -15,7 +15,9 @@ import threading
 
 from . import plan as _plan
 from .backends import select_backend
+from ._popen import BackendPopen
 from .backends.base import Launch
+from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
 
@@ -27,7 +29,6 @@ CompletedProcess = subprocess.CompletedProcess
 CalledProcessError = subprocess.CalledProcessError
 TimeoutExpired = subprocess.TimeoutExpired
 
-KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
 # A timeout or kill ends the sandbox with SIGKILL on its outermost process; the
 # pid namespace takes every descendant with it.
 
@@ -63,8 +64,9 @@ def compiled(policy: Policy) -> _plan.Plan:
     return got
 
 
-class SandboxProcess(subprocess.Popen):
-    """A sandboxed command, with the interface of :class:`subprocess.Popen`.
+class SandboxProcess(BackendPopen):
+    """A sandboxed command, with the interface of :class:`subprocess.Popen` (through
+    the adapter :class:`pysandbox._popen.BackendPopen`).
 
     Accepts Popen's stdio, ``env``, ``pass_fds``, ``text``/``encoding`` and
     ``bufsize`` arguments. ``cwd``, ``preexec_fn``, ``user``, ``group`` and
@@ -111,56 +113,38 @@ class SandboxProcess(subprocess.Popen):
             raise PolicyError("on_start must be callable", Reason.INVALID_VALUE, on_start)
         self._on_start = on_start
         self._close_in_setup = tuple(check_fd(fd, "close_in_setup entry") for fd in close_in_setup)
-        self._child = None
         super().__init__(argv, pass_fds=(), **kwargs)
 
-    # Popen calls this with its prepared pipe ends; the first 16 parameters are stable
-    # since Python 3.2, the rest (restore_signals, ids, session) we refuse or ignore.
-    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
-                       startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
-                       errread, errwrite, *_ignored):
-        launch = Launch(argv=list(args), env=self._sandbox_env,
-                        stdin=p2cread if p2cread != -1 else 0,
-                        stdout=c2pwrite if c2pwrite != -1 else 1,
-                        stderr=errwrite if errwrite != -1 else 2,
+    def _start_child(self, argv, stdin, stdout, stderr):
+        launch = Launch(argv=argv, env=self._sandbox_env, stdin=stdin, stdout=stdout, stderr=stderr,
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
                         close_in_setup=self._close_in_setup)
-        try:
-            self._child = self.backend.spawn(self.plan, launch)
-            self.pid = self._child.pid
-            self._child_created = True
-        finally:
-            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+        return self.backend.spawn(self.plan, launch)
 
-    def _handle_exitstatus(self, sts, *_a, **_k):
-        child = self._child
-        if child is None:
-            return super()._handle_exitstatus(sts)
-        self.returncode = child.returncode(sts)
-        child.close()
+    def forward_signal(self, sig) -> None:
+        """Deliver ``sig`` to the sandboxed command through the backend, without reaping
+        anything (safe in a signal handler while another thread waits). Does nothing
+        once the command is gone."""
+        if self._child is None or self.returncode is not None:
+            return
+        try:
+            self._child.forward_signal(sig)
+        except ProcessLookupError:
+            pass
 
     def send_signal(self, sig):
         """Deliver ``sig`` to the sandboxed command (as subprocess does to its child).
 
-        SIGKILL goes to the sandbox's outermost process and so ends every process in
-        it; other signals reach the command itself, through the backend where its
-        pid 1 does not forward them (bwrap)."""
-        forward = getattr(self._child, "forward_signal", None)
+        SIGKILL ends the sandbox: the backend's pid 1 first (one the command cannot
+        outlive by clearing its own PR_SET_PDEATHSIG), then the outermost process, so
+        every process in it dies; other signals reach the command itself, through the
+        backend (bwrap's pid 1 does not forward them)."""
         if sig == signal.SIGKILL:
-            # The backend's pid 1 first where it has one the command cannot outlive by
-            # clearing its own PR_SET_PDEATHSIG (bwrap: our init, or the as_pid_1 command).
-            kill_sandbox = getattr(self._child, "kill_sandbox", None)
-            if kill_sandbox is not None and self.returncode is None:
-                kill_sandbox()
-            return super().send_signal(sig)
-        if forward is None:
+            if self._child is not None and self.returncode is None:
+                self._child.kill_sandbox()
             return super().send_signal(sig)
         self.poll()
-        if self.returncode is None:
-            try:
-                forward(sig)
-            except ProcessLookupError:
-                pass
+        self.forward_signal(sig)
 
     @property
     def backend_name(self) -> str:
@@ -205,12 +189,7 @@ def run(args, *, policy: Policy | None = None, backend: str = "auto", input=None
         try:
             stdout, stderr = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            proc.terminate()
-            try:
-                exc.stdout, exc.stderr = proc.communicate(timeout=max(kill_grace, 0))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                exc.stdout, exc.stderr = proc.communicate()
+            exc.stdout, exc.stderr = stop(proc, kill_grace, wait=lambda t: proc.communicate(timeout=t))
             proc.kill()   # the command is gone; make sure nothing of the sandbox is left
             raise
         except BaseException:

@@ -37,6 +37,13 @@ class Child(Protocol):
     def returncode(self, wait_status: int) -> int:
         """The command's returncode (negative for a signal) given the wait status of ``pid``."""
 
+    def forward_signal(self, sig: int) -> None:
+        """Deliver ``sig`` to the command (the one entry for every signal but SIGKILL).
+        Raises ProcessLookupError when nothing is left to receive it."""
+
+    def kill_sandbox(self) -> None:
+        """What SIGKILL of the whole sandbox needs before ``pid`` itself is SIGKILLed."""
+
     def close(self) -> None:
         """Release what the launch kept open (status pipes); idempotent."""
 

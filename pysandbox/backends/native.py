@@ -647,6 +647,15 @@ class NativeChild:
                 return os.waitstatus_to_exitcode(int.from_bytes(data, "little", signed=True))
         return os.waitstatus_to_exitcode(wait_status)
 
+    def forward_signal(self, sig: int) -> None:
+        """Deliver ``sig`` to the command: to ``pid``, our init, which forwards it (or the
+        command itself with as_pid_1)."""
+        os.kill(self.pid, sig)
+
+    def kill_sandbox(self) -> None:
+        """Nothing beyond SIGKILL to ``pid`` (the caller sends it): our init is pid 1, a
+        separate undumpable process the command cannot make outlive the launcher."""
+
     def close(self) -> None:
         fd, self._status_fd = self._status_fd, -1
         if fd >= 0:

@@ -1,0 +1,58 @@
+"""The one adapter to CPython's private ``subprocess.Popen`` internals.
+
+:class:`BackendPopen` is a :class:`subprocess.Popen` whose child is started by a
+callable instead of fork/exec, so pipes, ``communicate``, ``wait(timeout)`` and the
+context manager are subprocess's own. Everything it relies on that is not public API
+is here and nowhere else, and ``tests/unit/test_popen_adapter.py`` fails loudly when a
+CPython release changes it:
+
+- ``Popen._execute_child(args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
+  startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread,
+  errwrite, ...)``: its first 16 parameters (stable since Python 3.2);
+- ``Popen._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)``;
+- ``Popen._handle_exitstatus(sts)`` turning a wait status into ``returncode``;
+- the attributes ``pid`` and ``_child_created``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+# The leading parameters of Popen._execute_child this adapter is written against.
+EXECUTE_CHILD_PARAMS = ("self", "args", "executable", "preexec_fn", "close_fds", "pass_fds", "cwd",
+                        "env", "startupinfo", "creationflags", "shell", "p2cread", "p2cwrite",
+                        "c2pread", "c2pwrite", "errread", "errwrite")
+CLOSE_PIPE_FDS_PARAMS = ("self", "p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
+
+
+class BackendPopen(subprocess.Popen):
+    """A Popen whose child comes from :meth:`_start_child`.
+
+    Subclasses implement ``_start_child(argv, stdin, stdout, stderr) -> child``, where
+    the descriptors are the child's ends of Popen's pipes (0, 1, 2 when not
+    redirected) and ``child`` has ``pid``, ``returncode(wait_status)`` and ``close()``.
+    """
+
+    _child = None
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
+                       startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
+                       errread, errwrite, *_ignored):
+        try:
+            self._child = self._start_child(list(args), p2cread if p2cread != -1 else 0,
+                                            c2pwrite if c2pwrite != -1 else 1,
+                                            errwrite if errwrite != -1 else 2)
+            self.pid = self._child.pid
+            self._child_created = True
+        finally:
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    def _start_child(self, argv, stdin, stdout, stderr):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _handle_exitstatus(self, sts, *_a, **_k):
+        child = self._child
+        if child is None:
+            return super()._handle_exitstatus(sts)
+        self.returncode = child.returncode(sts)
+        child.close()
