@@ -5,23 +5,9 @@ from __future__ import annotations
 
 import os
 
+from pysandbox.probe import host
+
 from .args import BwrapArgs, _die
-
-def userns_try_available() -> bool:
-    """bwrap's --unshare-user-try probe (files only, nothing is created)."""
-    if not os.path.exists("/proc/self/ns/user"):
-        return False
-    for path, off in (("/sys/module/user_namespace/parameters/enable", "N"),
-                      ("/proc/sys/user/max_user_namespaces", "0\n")):
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
-            continue
-        if (off == "N" and text.startswith("N")) or text == off:
-            return False
-    return True
-
 
 def check(args: BwrapArgs, real_uid: int | None = None, real_gid: int | None = None,
           userns_try: bool | None = None) -> BwrapArgs:
@@ -53,7 +39,7 @@ def check(args: BwrapArgs, real_uid: int | None = None, real_gid: int | None = N
         args.unshare_user = True
     if args.unshare_user_try:
         if userns_try is None:
-            userns_try = userns_try_available()
+            userns_try = host.userns_try_available()
         if userns_try:
             args.unshare_user = True
     if not args.command:

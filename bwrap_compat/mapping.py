@@ -22,6 +22,7 @@ from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, PolicyE
 from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Overlay, Policy,
                               Proc, RemountRo, Symlink, Tmpfs)
 from pysandbox import view
+from pysandbox.probe import host
 from pysandbox.plan import PROC_READONLY
 
 from .args import BwrapArgs, CAP_NAMES, read_fd_default
@@ -53,19 +54,6 @@ def _unsupported(option: str, what: str) -> BwrapOptionUnsupported:
                                   Reason.BWRAP_OPTION_UNSUPPORTED)
 
 
-def effective_caps() -> frozenset:
-    """Capability numbers in this process's effective set (/proc/self/status CapEff)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    mask = int(line.split()[1], 16)
-                    return frozenset(c for c in range(64) if mask >> c & 1)
-    except OSError:
-        pass
-    return frozenset()
-
-
 def sandbox_path(path: str) -> str:
     """bwrap joins a destination onto its new root: a relative one is taken from /."""
     return path if path.startswith("/") else "/" + path
@@ -92,7 +80,7 @@ def env_of(ops) -> Env:
 def caps_of(args: BwrapArgs, real_uid: int, start_caps: frozenset | None) -> frozenset:
     """bwrap's rules: root starts from its effective set, others from nothing; --cap-add
     and --cap-drop edit it in order. Root keeps them without edits only as uid 0."""
-    caps = set(start_caps if start_caps is not None else effective_caps()) if real_uid == 0 else set()
+    caps = set(start_caps if start_caps is not None else host.effective_caps()) if real_uid == 0 else set()
     for kind, which in args.cap_ops:
         if kind == "add":
             caps |= which
@@ -224,7 +212,7 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
         new_session=args.new_session, as_pid_1=args.as_pid_1, caps_keep=caps_of(args, real_uid, start_caps),
         allow_nested_userns=not args.disable_userns, seccomp=tuple(seccomp), argv0=args.argv0,
         allow_host_mountpoints=True)   # bwrap creates missing mount points in writable host binds
-    if args.assert_userns_disabled and not args.disable_userns and _nested_userns_possible():
+    if args.assert_userns_disabled and not args.disable_userns and host.nested_userns_possible():
         raise _err("creation of new user namespaces was not disabled as requested")
     unshared = tuple(n for n in NS_INFO_ORDER if n == "mnt" or (n == "net" and args.unshare_net)
                      or (n != "net" and n in ns))
@@ -293,9 +281,3 @@ def _host_backed(path: str, done: list) -> bool:
     return False
 
 
-def _nested_userns_possible() -> bool:
-    try:
-        with open("/proc/sys/user/max_user_namespaces") as f:
-            return f.read().strip() != "0"
-    except OSError:
-        return True

@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 
 from pysandbox.errors import BwrapArgumentError
+from pysandbox.probe import host
 
 from .args import (ALL_CAPS, CAP_NAMES, MAX_ARGS, MAX_TMPFS_BYTES, OVERLAY_SRC_ORPHAN,  # noqa: F401
                    PERMS_DEFAULT, ULONG_MAX, BwrapArgs, FsOp, _die, c_strtol, cap_from_name,
                    parse_int_arg, read_fd_default)
-from .checks import check, userns_try_available  # noqa: F401  (parse, then check)
+from .checks import check  # noqa: F401  (callers parse, then check)
 
 
 class _Parser:
@@ -309,12 +310,8 @@ def _seccomp_data(parser: _Parser, fd: int) -> bytes:
     return data
 
 
-def selinux_enabled() -> bool:
-    return os.path.exists("/sys/fs/selinux/enforce")
-
-
 def _die_unless_label_valid(parser: _Parser) -> None:
-    if not selinux_enabled():
+    if not host.selinux_enabled():
         raise parser.die("labeling not supported on this system")
     raise parser.die("SELinux labels are not supported by pybwrap (needs native support)")
 
