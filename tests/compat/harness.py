@@ -2,7 +2,7 @@
 
 A run gets a fresh private tree (``{t}`` in a case's arguments), fresh descriptors
 at fixed numbers (``Case.fds``), a fixed environment and working directory. The
-sandboxed command is the differential probe (tests/differential/probe.py) unless
+sandboxed command is the differential probe (tests/support/probe.py) unless
 the case names its own. Compared: exit status, the class of the error message
 (usage text / the exact ``bwrap: `` message / any ``bwrap: `` setup message), and
 for successful runs the flattened probe document minus the documented differences
@@ -19,10 +19,10 @@ import subprocess
 import sys
 import tempfile
 
-from tests.differential.normalise import diff, flatten
-from tests.differential.runner import caller_namespaces
+from tests.support.probe_normalise import diff, flatten
+from tests.support.world import caller_namespaces
 
-PROBE_SOURCE = open(os.path.join(os.path.dirname(__file__), "..", "differential", "probe.py")).read()
+PROBE_SOURCE = open(os.path.join(os.path.dirname(__file__), "..", "support", "probe.py")).read()
 BWRAP = "/usr/bin/bwrap"
 PYBWRAP = [sys.executable, "-m", "bwrap_compat"]
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C", "PSB_A": "alpha", "PSB_B": "beta",

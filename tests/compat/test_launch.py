@@ -291,7 +291,7 @@ def test_joined_namespaces_match_bwrap():
     new pid namespace inside: the same namespaces, ids and capabilities as bwrap, and
     --info-fd's child-pid is the process in the joined pid namespace (bwrap forks into
     it and reports the real pid)."""
-    from tests.nsholder import holder
+    from tests.support.nsholder import holder
     _need_native()
     with holder() as h:
         fds = {"u": h.user, "p": h.pid}
@@ -311,7 +311,7 @@ def test_joined_namespaces_match_bwrap():
 
 
 def test_userns2_matches_bwrap():
-    from tests.nsholder import holder
+    from tests.support.nsholder import holder
     _need_native()
     with holder(inner_user=True) as h:
         seen = {}

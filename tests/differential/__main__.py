@@ -18,7 +18,8 @@ from collections import Counter
 import sys
 import time
 
-from . import corpus, runner
+from tests.support import policy_corpus as corpus
+from . import runner
 
 
 def main(argv=None) -> int:

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from pysandbox.policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Policy, Proc,
                               RemountRo, Symlink, Tmpfs)
 
-from .corpus import ALLOW_ALL, interpreter_ops, interpreter_rebinds
-from .runner import DATA_FD, DIR_FD, PASS_FD, TREE
+from tests.support.policy_corpus import ALLOW_ALL, interpreter_ops, interpreter_rebinds
+from tests.support.world import DATA_FD, DIR_FD, PASS_FD, TREE
 
 NAMES = ("a", "b", "c", "d")
 BASE_A = (Dev("/dev"), Tmpfs("/tmp"))   # after Bind("/", "/", readonly=True)

@@ -1,7 +1,7 @@
 """Same policy, same sandbox: the corpus and generated policies under native and bwrap.
 
 Each policy is launched with the probe under both backends; the normalised documents
-must be equal (normalise.py lists every rule) and the host unchanged afterwards.
+must be equal (tests/support/probe_normalise.py lists every rule) and the host unchanged afterwards.
 ``PYSANDBOX_DIFF_EXAMPLES`` sets the number of generated policies (default 200).
 """
 
@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.support import host_capability, need
 
-from . import corpus, runner
+from tests.support import policy_corpus as corpus
+from . import runner
 from .strategies import policies
 
 EXAMPLES = int(os.environ.get("PYSANDBOX_DIFF_EXAMPLES", "200"))
@@ -94,7 +95,7 @@ def test_the_comparison_sees_a_real_difference(bwrap_world):
     """Live control for the whole pipeline: one backend, two policies differing only in
     one bind's read-only flag, must differ in exactly that mount's options; the same
     policy twice must not differ at all (the probe and the rules are deterministic)."""
-    from .corpus import root_ops
+    from tests.support.policy_corpus import root_ops
     from pysandbox.policy import Bind, Policy
     w = bwrap_world
     ro = Policy(fs=root_ops() + (Bind(w.path("src"), "/tmp/x", readonly=True),))
@@ -112,8 +113,8 @@ def test_host_check_sees_what_a_sandbox_writes(bwrap_world):
     that writes nothing leaves it unchanged."""
     import sys
     import pysandbox
-    from .corpus import root_ops
-    from . import hostcheck
+    from tests.support.policy_corpus import root_ops
+    from tests.support import hostcheck
     from pysandbox.policy import Bind, Policy
     w = bwrap_world
     policy = Policy(fs=root_ops() + (Bind(w.path("src"), "/tmp/x"),))

@@ -9,7 +9,7 @@ import pytest
 
 from pysandbox.policy import Bind, Dir, Policy, Tmpfs
 
-from . import hostcheck
+from tests.support import hostcheck
 
 
 def test_unchanged_host_has_no_changes(tmp_path):

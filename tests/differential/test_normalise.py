@@ -1,9 +1,9 @@
-"""The normalisation rules do what normalise.py claims, and no more: a real
+"""The normalisation rules do what tests/support/probe_normalise.py claims, and no more: a real
 difference in anything a rule does not name is still reported."""
 
 from __future__ import annotations
 
-from .normalise import diff, flatten, normalise_mounts
+from tests.support.probe_normalise import diff, flatten, normalise_mounts
 
 
 def _m(id_, parent, point, dev="0:40", root="/", opts="rw,nosuid", optional=(), fstype="tmpfs",

@@ -14,7 +14,8 @@ from pysandbox import plan as P
 from pysandbox import policy as pol
 from tests.support import need
 
-from . import corpus, runner
+from tests.support import policy_corpus as corpus
+from . import runner
 from .strategies import policies
 
 

@@ -14,7 +14,7 @@ import pytest
 import pysandbox
 from pysandbox import policy as PP
 from pysandbox.errors import BwrapOptionUnsupported, Reason
-from tests.nsholder import holder
+from tests.support.nsholder import holder
 
 pytestmark = pytest.mark.requires("userns", "native")
 

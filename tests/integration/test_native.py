@@ -60,7 +60,7 @@ def test_only_the_mapped_ids():
     uid_map, gid_map, ids = done.stdout.split("--\n")
     # the default policy has a /dev: as bwrap, setup is root of the outer user
     # namespace and the sandbox's ids are mapped onto it in a nested one
-    # (the outer map, to the caller's ids, is tests/integration/test_parity.py's)
+    # (the outer map, to the caller's ids, is tests/integration/test_backends_as_bwrap.py's)
     assert uid_map.split() == [str(os.geteuid()), "0", "1"]
     assert gid_map.split() == [str(os.getegid()), "0", "1"]
     assert ids.split() == [str(os.geteuid()), str(os.getegid())]

@@ -121,8 +121,11 @@ def test_hide_covers_a_path(backend, wd, host_dir):
         f.write("s3cret")
     code = "import sys\ntry:\n print(open(sys.argv[1]).read())\nexcept OSError as e:\n print('err', e.errno)"
     shown = python(backend, code, pysandbox.Policy.default(workdir=str(wd)), secret)
+    assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip() == "s3cret"    # control: readable without --hide
     hidden = python(backend, code, pysandbox.Policy.default(workdir=str(wd), hide=[secret]), secret)
+    # The command ran to its end (an empty stdout is the hidden empty node, not a crash).
+    assert hidden.returncode == 0, hidden.stderr
     assert hidden.stdout.strip() in (f"err {errno.EACCES}", ""), hidden.stdout
     assert "s3cret" not in hidden.stdout
 

@@ -110,11 +110,11 @@ def unchanged(limit: float = 10.0, policy=None, paths=()):
     """Assert the block leaves no descriptor, mount, child, temporary file behind.
 
     With ``policy`` (or ``paths``), also that no host directory the policy touches
-    changed (tests/differential/hostcheck.py: no mount point created on the host).
+    changed (tests/support/hostcheck.py: no mount point created on the host).
     """
     host = None
     if policy is not None or paths:
-        from tests.differential import hostcheck
+        from tests.support import hostcheck
         host = hostcheck.snapshot(policy, paths=paths)
     before = snapshot()
     yield before

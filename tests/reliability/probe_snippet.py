@@ -1,4 +1,4 @@
-"""The snippet run inside a simulated constrained host (tests/constrained.py).
+"""The snippet run inside a simulated constrained host (tests/support/constrained.py).
 
 ``python probe_snippet.py BACKEND NETWORK WORKDIR MARKER [nested-flags]`` asks
 ``status`` about the policy, then launches a command that would create MARKER,

@@ -18,7 +18,7 @@ import pytest
 
 import pysandbox
 from pysandbox.errors import PolicyError, Reason, SandboxError
-from tests import constrained
+from tests.support import constrained
 from tests.reliability import leaks
 
 pytestmark = pytest.mark.requires("userns")

@@ -1,6 +1,6 @@
 """Constrained hosts fail closed with their reason (issue 8).
 
-Each simulated host (tests/constrained.py) is checked three ways on each backend:
+Each simulated host (tests/support/constrained.py) is checked three ways on each backend:
 ``status`` names the reason (per capability, per network mode), an API launch raises
 the typed error with that reason, and ``pysandbox run`` exits 125 naming it. In every
 case the command would create a marker file: it must not exist afterwards. The
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from pysandbox.errors import Reason, error_for
-from tests import constrained
+from tests.support import constrained
 from tests.reliability import leaks
 
 pytestmark = pytest.mark.requires("userns")

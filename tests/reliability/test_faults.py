@@ -24,7 +24,7 @@ import uuid
 import pytest
 
 import pysandbox
-from tests import constrained
+from tests.support import constrained
 from tests.reliability import leaks
 
 LONG = os.environ.get("PYSANDBOX_SOAK") == "1"

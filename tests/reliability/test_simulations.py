@@ -1,4 +1,4 @@
-"""The simulated hosts of tests/constrained.py take away what they claim, and only that
+"""The simulated hosts of tests/support/constrained.py take away what they claim, and only that
 (checked with util-linux and bwrap, without pysandbox), so that a pysandbox result
 under them means what the reliability tests say it means."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import constrained
+from tests.support import constrained
 
 pytestmark = pytest.mark.requires("userns")
 

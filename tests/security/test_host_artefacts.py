@@ -14,9 +14,9 @@ import pytest
 
 import pysandbox
 from pysandbox.policy import fs_dest
-from tests.differential import hostcheck
-from tests.differential.corpus import CASES
-from tests.differential.runner import World
+from tests.support import hostcheck
+from tests.support.policy_corpus import CASES
+from tests.support.world import World
 
 pytestmark = pytest.mark.requires("userns")
 RETRIES = 5   # the temporary directory is shared with every process on the host

@@ -12,12 +12,14 @@ and closes at once without writing.
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
 import pysandbox
 from pysandbox.plan import PROC_READONLY
 from tests.security import oracles
+from tests.support import not_applicable
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -86,6 +88,107 @@ def test_every_proc_cover_is_in_plan():
     assert [op.a for op in covers] == [f"/newroot/proc/{s}" for s in PROC_READONLY]
     assert all(op.flags & N.F_RO and op.flags & N.F_OPTIONAL and not op.flags & N.F_IF_WRITABLE for op in covers)
     assert "sys" in PROC_READONLY and "sysrq-trigger" in PROC_READONLY
+    # Independent of the list under test: the entries THREAT_MODEL.md's procfs row promises,
+    # written out here, so dropping one from plan.PROC_READONLY fails.
+    assert set(PROC_READONLY) >= set(EXPECTED_PROC_READONLY), set(EXPECTED_PROC_READONLY) - set(PROC_READONLY)
+
+
+# The host-global procfs entries covered read-only after every proc mount, as a literal.
+EXPECTED_PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "driver", "acpi", "scsi", "asound",
+                          "mtrr", "tty", "sysvipc", "pressure", "dynamic_debug", "latency_stats",
+                          "timer_list", "timer_stats", "sched_debug")
+
+
+def _writable(path):
+    """A regular file with a write bit that access(W_OK) grants this caller."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o222) and os.access(path, os.W_OK)
+
+
+def _host_writable_proc_files(per_entry=8, depth=3):
+    """Regular files below each top-level host /proc entry (per-process ones excluded)
+    that the caller may write on the host (a write bit and access(W_OK): nothing is
+    opened), a few per
+    entry. Found by scanning /proc, not from plan.PROC_READONLY."""
+    found = {}
+
+    def walk(path, left, out):
+        try:
+            names = sorted(os.listdir(path))
+        except OSError:
+            return
+        for name in names:
+            if len(out) >= per_entry:
+                return
+            full = path + "/" + name
+            if os.path.islink(full):
+                continue
+            if os.path.isdir(full):
+                if left > 0:
+                    walk(full, left - 1, out)
+            elif _writable(full):
+                out.append(full)
+
+    for name in sorted(os.listdir("/proc")):
+        if name.isdigit() or name in ("self", "thread-self"):
+            continue
+        full = "/proc/" + name
+        out = []
+        if os.path.islink(full):
+            continue
+        if os.path.isdir(full):
+            walk(full, depth, out)
+        elif _writable(full):
+            out.append(full)
+        if out:
+            found[name] = out
+    return found
+
+
+SCAN_SCRIPT = oracles.PRELUDE + r'''
+def write_back(path):
+    # Open for writing; only if that succeeds, write the CURRENT value back (never a new
+    # value), or close without a byte where the file cannot be read.
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        try:
+            with open(path, "rb") as f:
+                current = f.read()
+        except OSError:
+            return "opened"
+        os.write(fd, current)
+    finally:
+        os.close(fd)
+    return "written back"
+for path in json.loads(sys.argv[1]):
+    step("open"); attempt(path, lambda: write_back(path))
+step("open"); attempt("control_comm", lambda: write_back("/proc/self/comm"))
+done()
+'''
+
+
+@pytest.mark.parametrize("uid", [0, None])
+def test_host_writable_proc_entries_read_only_inside(backend, uid):
+    """Every top-level /proc entry with a file the caller may write on the host (found by
+    scanning the host's /proc) is read-only inside: opening that file for writing fails
+    (EROFS/EACCES/EPERM; a value, if it were reached, is only its current one written
+    back). Live controls: as root /proc/sys is among the entries found, and
+    /proc/self/comm is written back inside."""
+    import json
+    found = _host_writable_proc_files()
+    if os.geteuid() == 0:
+        assert "sys" in found and os.access("/proc/sys/kernel/core_pattern", os.W_OK), sorted(found)
+    if not found:
+        not_applicable("no /proc file is writable for this caller on the host")
+    paths = [p for files in found.values() for p in files]
+    policy = pysandbox.Policy.default(uid=uid, gid=uid)
+    res = oracles.run_probe(SCAN_SCRIPT, policy, backend, args=[json.dumps(paths)])
+    assert res["control_comm"]["ok"], res["control_comm"]
+    opened = {p: res[p] for p in paths if res[p]["ok"] or res[p]["errname"] not in ("EROFS", "EACCES", "EPERM")}
+    assert opened == {}, (sorted(found), opened)
 
 
 AUDIT_SCRIPT = oracles.PRELUDE + r'''

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from pysandbox import errors as E
@@ -35,12 +38,59 @@ def test_default_reasons(cls, reason):
     assert str(exc).startswith(reason.value + ": ")
 
 
+# What error_for builds for each code, written out here (not read from errors.py's table),
+# so a code mapped to the wrong class, or a code added without a decision here, fails.
+EXPECTED_CLASS = {
+    "user_namespace_unavailable": E.UserNamespaceUnavailable,
+    "mount_namespace_unavailable": E.CapabilityUnavailable,
+    "pid_namespace_unavailable": E.CapabilityUnavailable,
+    "network_namespace_unavailable": E.NetworkNamespaceUnavailable,
+    "loopback_setup_failed": E.CapabilityUnavailable,
+    "proc_mount_failed": E.CapabilityUnavailable,
+    "seccomp_unavailable": E.CapabilityUnavailable,
+    "native_module_missing": E.NativeModuleMissing,
+    "bwrap_not_found": E.BwrapNotFound,
+    "bwrap_setuid_rejected": E.SetuidRejected,
+    "bwrap_probe_failed": E.BwrapProbeFailed,
+    "bwrap_option_unsupported": E.BwrapOptionUnsupported,
+    "bwrap_in_writable_path": E.BackendUnavailable,
+    "network_mode_unsupported": E.NetworkModeUnsupported,
+    "bwrap_init_unavailable": E.BackendUnavailable,
+    "setup_failed": E.SetupError,
+    "parent_died": E.SetupError,
+    "symlink_in_path": E.SetupError,
+    "bind_source_changed": E.SetupError,
+    "invalid_path": E.SetupError,
+    "workdir_too_broad": E.SetupError,
+    "bind_source_missing": E.SetupError,
+    "mount_point_missing": E.SetupError,
+    "invalid_mode": E.SetupError,
+    "invalid_size": E.SetupError,
+    "invalid_value": E.SetupError,
+    "conflicting_options": E.SetupError,
+    "bwrap_argument_invalid": E.SetupError,
+}
+
+
+def _documented_codes() -> set[str]:
+    """The codes of README.md's "Reason codes" table (first column)."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("## Reason codes", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {code for row in rows for code in re.findall(r"`(\w+)`", row.split("|")[1])}
+
+
 def test_every_reason_builds_a_sandbox_error_with_that_reason():
-    for reason in Reason:
+    documented = _documented_codes()
+    assert len(documented) >= 25, documented
+    assert {r.value for r in Reason} == documented == set(EXPECTED_CLASS)
+    for code, cls in EXPECTED_CLASS.items():
+        reason = Reason(code)
         exc = E.error_for(reason, "why", errno=1)
         assert isinstance(exc, E.SandboxError)
+        assert type(exc) is cls, (code, type(exc))
         assert exc.reason is reason
-        assert str(reason) == reason.value
+        assert str(reason) == reason.value == code
 
 
 def test_error_for_picks_the_class():

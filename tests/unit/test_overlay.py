@@ -20,7 +20,7 @@ from pysandbox.backends import native as N
 from pysandbox.errors import BackendUnavailable, BwrapOptionUnsupported, PolicyError, Reason, SetupError
 from pysandbox.policy import Bind, Dir, Overlay, Policy, Tmpfs
 
-from .test_bwrap_render import HELP_08, Counter, fake_bwrap
+from .test_backend_bwrap import HELP_08, Counter, fake_bwrap
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ HIDDEN = "pysandbox._native"
 class _HideNative(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name == HIDDEN:
-            raise ImportError(f"No module named {HIDDEN!r} (hidden by tests/constrained.py)", name=name)
+            raise ImportError(f"No module named {HIDDEN!r} (hidden by tests/support/constrained.py)", name=name)
         return None
 
 

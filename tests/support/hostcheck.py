@@ -2,7 +2,7 @@
 
 Usable from any test directory::
 
-    from tests.differential import hostcheck
+    from tests.support import hostcheck
     before = hostcheck.snapshot(policy)          # or snapshot(paths=[...])
     ... launch the sandbox, wait for it ...
     hostcheck.assert_unchanged(before)           # AssertionError listing the changes

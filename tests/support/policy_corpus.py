@@ -2,7 +2,7 @@
 every policy option at least once (``test_corpus_coverage`` checks that).
 
 Each case is ``(name, build)`` where ``build(world) -> Policy``; sources are paths
-of the :class:`~tests.differential.runner.World` tree, created by the test.
+of the :class:`~tests.support.world.World` tree, created by the test.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pysandbox.policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Policy, Proc,
                               RemountRo, Symlink, Tmpfs, fs_dest)
 
-from .runner import DATA_FD, DIR_FD, PASS_FD
+from .world import DATA_FD, DIR_FD, PASS_FD
 
 # seccomp: one classic BPF instruction, "return SECCOMP_RET_ALLOW"
 ALLOW_ALL = struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000)

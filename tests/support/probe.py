@@ -10,7 +10,7 @@ Arguments (one JSON object in argv[1]):
     paths     sandbox paths the policy touched: each is stat'ed, directories listed
     dev, tmp  the /dev and /tmp to list (default "/dev", "/tmp"; null: not listed)
 
-Raw values are reported; normalise.py decides what is compared and how.
+Raw values are reported; probe_normalise.py decides what is compared and how.
 """
 
 import ctypes

@@ -1,5 +1,12 @@
 """Helpers shared by the test directories.
 
+This package holds, in this module, the capability checks and small process helpers;
+in submodules: ``constrained`` (simulated constrained hosts), ``nsholder`` (a process
+holding namespaces for the join tests), ``world`` (the host tree and descriptors a
+sandbox run binds from), ``probe`` (the in-sandbox probe script), ``probe_normalise``
+(what of two probe reports is compared), ``hostcheck`` (is the host left as it was)
+and ``policy_corpus`` (hand-written policies covering the whole Policy grammar).
+
 ``need(cap)`` skips with the reason the host lacks ``cap``; under
 ``PYSANDBOX_MUST_WORK=1`` (CI) that skip is a failure. ``not_applicable(why)``
 is a skip that stays a skip (a negative twin on a host that has the capability).

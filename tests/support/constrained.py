@@ -35,7 +35,7 @@ Use from tests::
 
     report = constrained.launch_report("proc_unmountable", "native", scratch=tmp_path)
 
-Run by hand: ``python tests/constrained.py HOST[+HOST] -- -c CODE`` (or ``-m MOD ...``
+Run by hand: ``python tests/support/constrained.py HOST[+HOST] -- -c CODE`` (or ``-m MOD ...``
 or ``cli ARGS...``) applies the in-process parts of the host and runs the payload.
 """
 
@@ -51,8 +51,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-HIDE_NATIVE_DIR = os.path.join(HERE, "reliability", "hide_native")
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HIDE_NATIVE_DIR = os.path.join(ROOT, "tests", "reliability", "hide_native")
 REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 HOSTS = ("plain", "userns_disabled", "proc_unmountable", "netns_refused", "native_missing",
          "bwrap_missing", "bwrap_not_on_path", "bwrap_setuid", "bwrap_old", "bwrap_old_on_path", "bwrap_setuid_on_path", "in_bwrap", "in_pysandbox")

@@ -1,0 +1,159 @@
+"""The product's structure, read from its source with ``ast`` (nothing is imported):
+no import cycle in ``pysandbox`` and ``bwrap_compat`` (module-level and function-level
+imports alike), module sizes within the targets, and backends that work from the
+plan alone, never from the policy it was compiled from (docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("pysandbox", "bwrap_compat")
+MAX_PY_LINES = 450
+MAX_C_LINES = 750
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> source file, for every .py file of PACKAGES."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _ignored(name: str) -> bool:
+    return name == "pysandbox._native" or name.startswith("pysandbox._native")
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the product modules it imports (at any depth of the file: inside
+    functions, classes and ``if`` blocks too). ``from X import y`` counts as importing
+    ``X.y`` when that is a module, else ``X``; ``import a.b.c`` counts as ``a.b.c``.
+    The parent packages whose ``__init__`` Python runs on the way are not edges: a
+    package's ``__init__`` importing its own submodules is that package's layout, and
+    counting it would make every such package a cycle and hide the real ones."""
+    modules = _modules()
+    graph = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(name, is_package, node)
+                wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for target in wanted:
+                parts = target.split(".")
+                deepest = next((".".join(parts[:i]) for i in range(len(parts), 0, -1)
+                                if ".".join(parts[:i]) in modules), None)
+                if deepest and not _ignored(deepest) and deepest != name and not _ignored(target):
+                    targets.add(deepest)
+        graph[name] = targets
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as ``[a, b, ..., a]``, or None."""
+    WHITE, GREY, BLACK = 0, 1, 2
+    colour = dict.fromkeys(graph, WHITE)
+    stack: list[str] = []
+
+    def visit(node):
+        colour[node] = GREY
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if colour.get(nxt, BLACK) == GREY:
+                return stack[stack.index(nxt):] + [nxt]
+            if colour.get(nxt) == WHITE:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        colour[node] = BLACK
+        return None
+
+    for node in sorted(graph):
+        if colour[node] == WHITE:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_sees_function_level_and_relative_imports():
+    """Live control for the cycle test: the graph holds edges of each kind."""
+    graph = import_graph()
+    assert "pysandbox.policy" in graph and "bwrap_compat.parser" in graph, sorted(graph)
+    assert not any(_ignored(t) for targets in graph.values() for t in targets)
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    tree = ast.parse("def f():\n    from .x import y\n")
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
+    assert _resolve("pysandbox.backends.bwrap", False, node) == "pysandbox.backends.x"
+    assert _resolve("pysandbox.backends", True, node) == "pysandbox.backends.x"
+
+
+def _cycles(graph):
+    """One cycle per group of mutually importing modules: drop each cycle's first edge
+    and look again, until none is left."""
+    graph = {k: set(v) for k, v in graph.items()}
+    found = []
+    while (cycle := find_cycle(graph)) is not None:
+        found.append(cycle)
+        graph[cycle[0]].discard(cycle[1])
+    return found
+
+
+def test_no_import_cycle():
+    graph = import_graph()
+    cycles = _cycles(graph)
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _line_count(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_module_sizes():
+    """Python product modules at most MAX_PY_LINES lines, native/*.c at most MAX_C_LINES."""
+    too_big = [f"{p.relative_to(ROOT)}: {_line_count(p)} > {MAX_PY_LINES}" for p in _modules().values()
+               if _line_count(p) > MAX_PY_LINES]
+    c_files = sorted((ROOT / "native").glob("*.c"))
+    assert c_files, "no native/*.c found"   # live control: the C sources are where the test looks
+    too_big += [f"{p.relative_to(ROOT)}: {_line_count(p)} > {MAX_C_LINES}" for p in c_files
+                if _line_count(p) > MAX_C_LINES]
+    assert too_big == [], "\n".join(too_big)
+
+
+PLAN_POLICY = re.compile(r"plan\.policy\b")
+
+
+def test_backends_do_not_reach_the_policy_through_the_plan():
+    """No module under pysandbox/backends/ reads ``plan.policy``, and Plan has no
+    ``policy`` field to read."""
+    backends = sorted((ROOT / "pysandbox" / "backends").rglob("*.py"))
+    assert backends, "no backend module found"
+    assert PLAN_POLICY.search("x = plan.policy.fs") and not PLAN_POLICY.search("plan.policy_x")  # control
+    uses = [f"{p.relative_to(ROOT)}:{i}: {line.strip()}" for p in backends
+            for i, line in enumerate(p.read_text().splitlines(), 1) if PLAN_POLICY.search(line)]
+    from pysandbox.plan import Plan
+    fields = {f.name for f in dataclasses.fields(Plan)} if dataclasses.is_dataclass(Plan) else set(vars(Plan))
+    assert uses == [] and "policy" not in fields, (uses, sorted(fields))
