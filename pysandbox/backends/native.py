@@ -28,12 +28,14 @@ import threading
 from .. import plan as P
 from ..errors import NativeModuleMissing, Reason
 from .base import BackendStatus, Launch
-from .native_errors import namespace_error, setup_error  # noqa: F401  (re-exported)
-from .native_host import cap_last_cap, read_host, read_mountpoints, setup_base  # noqa: F401  (re-exported)
-from .native_ops import *  # noqa: F401,F403  (the op array's kinds, flags and records)
-from .native_ops import OP, OP_KINDS, F_CURRENT_IDS, F_IF_WRITABLE, F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW, \
-    F_USERNS_FDS, PROBE_IDMAP, Compiled, _sub_list, pack  # noqa: F401
-from .native_translate import _join_ops, translate  # noqa: F401
+from .native_errors import namespace_error, setup_error
+from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
+# The op array's names, re-exported: the tests and the module loader read them here.
+from .native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE,  # noqa: F401
+                         F_MODE, F_NO_AMBIENT, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV, MS_NOEXEC,
+                         MS_NOSUID, OP, OP_KINDS, PROBE_IDMAP, PROC_RO, STAGE_CLONE, STAGE_EXEC, STAGE_FDS,
+                         STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, _sub_list, pack, parent_mode)
+from .native_translate import translate
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"

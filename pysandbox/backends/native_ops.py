@@ -12,11 +12,10 @@ name (and reason, if it has its own). Ops are position-independent records.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import plan as P
 from ..errors import Reason
-from .native_host import DEV_NODES  # noqa: F401  (the nodes a minimal /dev may hold)
 
 CLONE_FLAGS = {"user": 0x10000000, "mount": 0x00020000, "pid": 0x20000000, "net": 0x40000000,
                "ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000}
@@ -70,7 +69,6 @@ class Compiled:
     clone_flags: int
     no_mount_setattr: bool
     want_status: bool
-    keep: list = field(default_factory=list)   # cffi objects kept alive with the plan
 
 
 class _Strings:
