@@ -11,9 +11,10 @@ backend; ``bwrap`` exists only to smoke-test this layer where native cannot run.
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
+
+from .messages import BWRAP_SETNS_WORDING, BWRAP_WORDING, OVERLAP, bwrap_message  # noqa: F401  (re-exported)
 
 VERSION = "bubblewrap 0.11.0"
 LOG_ERR, LOG_WARNING = 3, 4
@@ -40,36 +41,6 @@ def usage(code: int, out) -> int:
     out.write(usage_text(prog))
     out.flush()
     return code
-
-
-# bwrap's wording for a failed setup step, by pysandbox's stage name.
-BWRAP_WORDING = {
-    "chdir": "Can't chdir to {}", "tmpfs": "Can't mount tmpfs on {}", "proc": "Can't mount proc on {}",
-    "mqueue": "Can't mount mqueue on {}", "dir": "Can't mkdir {}", "symlink": "Can't make symlink at {}",
-    "file": "Can't create file at {}", "remount_ro": "Can't remount readonly on {}", "chmod": "Can't chmod {}",
-    "hostname": "Can't set hostname to {}", "bind": "Can't bind mount {}",
-}
-# Steps that name a descriptor, not a path: bwrap's words without one.
-BWRAP_SETNS_WORDING = {"join_userns": "Joining specified user namespace failed", "join_pidns": "Setting pidns failed",
-                       "userns2": "Setting userns2 failed"}
-
-
-def bwrap_message(exc) -> str:
-    """A pysandbox error as bwrap would word it (``Can't mount tmpfs on /x: Permission denied``)."""
-    stage, err, name = getattr(exc, "stage", None), getattr(exc, "errno", None), getattr(exc, "filename", None)
-    if stage == "join_userns" and err == errno.EINVAL:
-        return ("Joining the specified user namespace failed, it might not be a descendant of the current "
-                "user namespace.")
-    if stage == "overlay" and err and name:
-        detail = "Overlay directories may not overlap" if err == errno.ELOOP else os.strerror(err)
-        # bwrap names the mount point in its setup view (/newroot/DEST), as the executor does.
-        where = "/newroot" + (name if name != "/" else "")
-        return f"Can't make overlay mount on {where} with options {getattr(exc, 'mount_options', '?')}: {detail}"
-    if stage in BWRAP_SETNS_WORDING and err:
-        return f"{BWRAP_SETNS_WORDING[stage]}: {os.strerror(err)}"
-    if stage in BWRAP_WORDING and err and name:
-        return f"{BWRAP_WORDING[stage].format(name)}: {os.strerror(err)}"
-    return exc.args[0] if exc.args else exc.reason.value
 
 
 def main(argv=None) -> int:

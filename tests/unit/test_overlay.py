@@ -13,6 +13,7 @@ import pysandbox
 from bwrap_compat import cli as bcli
 from bwrap_compat import parser as bp
 from bwrap_compat.mapping import to_policy
+from bwrap_compat.messages import OVERLAP
 from pysandbox import plan as P
 from pysandbox import probe
 from pysandbox.backends import bwrap as B
@@ -218,7 +219,7 @@ def test_eloop_is_bwraps_overlap_message(layers):
     assert bcli.bwrap_message(exc) == (f"Can't make overlay mount on /newroot/o with options {ops[i].d}: "
                                        "Overlay directories may not overlap")
     other = N.setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)
-    assert "Operation not permitted" in str(other) and N.OVERLAP not in str(other)
+    assert "Operation not permitted" in str(other) and OVERLAP not in str(other)
     assert bcli.bwrap_message(other).endswith(": Operation not permitted")
 
 
