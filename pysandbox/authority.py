@@ -25,6 +25,8 @@ import stat
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from .fs import Hide
+
 # Variables that advertise an authority socket (removed in deny mode).
 ENV_VARIABLES = (
     "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
@@ -227,7 +229,6 @@ def coverage(policy) -> dict:
     """What the policy does about Unix-socket authority, for ``status`` and audits:
     ``masked`` (paths hidden), ``unset`` (variables removed), ``kept`` (the keep
     switch), ``scope`` (one honest sentence)."""
-    from .policy import Hide   # local: policy imports this module in Policy.default
     known = set()
     for sock in candidates():
         known.add(sock.path)
