@@ -3,7 +3,7 @@
 ``compile(policy)`` is pure apart from stat() on the host (bind sources, the type
 of a hidden path, whether a mount point exists). It is done once per policy and
 reused for every launch. Ops are named for the kernel action; bwrap spellings
-live in ``backends/bwrap.py`` and ``bwrap_compat`` only.
+live in ``backends/bwrap_render.py`` and ``bwrap_compat`` only.
 
 Order, as in bubblewrap: namespaces and id maps; the filesystem operations in
 policy order (on a fresh tmpfs root, before pivot_root); pivot_root; loopback up;

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 
 from .backends import BACKENDS, get_backend
-from .backends.base import BackendStatus, CapabilityStatus
+from .backends.base import BackendStatus
 from .errors import PolicyError, Reason, SandboxError
 
 __all__ = ["Status", "status"]
@@ -89,27 +89,20 @@ def status(policy=None, *, backend: str = "auto") -> Status:
 
 
 def _backend_status(name: str, policy) -> BackendStatus:
+    from .probe import backend_down   # probes imported only when asked, as below
     try:
         impl = get_backend(name)
     except ImportError as exc:
         reason = Reason.NATIVE_MODULE_MISSING if name == "native" else Reason.SETUP_FAILED
-        return _down(name, reason.value, f"the {name} backend cannot be imported: {exc}")
+        return backend_down(name, reason.value, f"the {name} backend cannot be imported: {exc}")
     try:
         return impl.status(policy)
     except PolicyError:
         raise
     except SandboxError as exc:
-        return _down(name, exc.reason.value, exc.args[0] if exc.args else str(exc))
+        return backend_down(name, exc.reason.value, exc.args[0] if exc.args else str(exc))
     except NotImplementedError as exc:
-        return _down(name, Reason.SETUP_FAILED.value, f"the {name} backend has no status yet: {exc}")
-
-
-def _down(name: str, reason: str, detail: str) -> BackendStatus:
-    caps = [CapabilityStatus(c, False, reason, detail) for c in ("user", "mount", "pid", "proc", "net", "loopback")]
-    network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow")}
-    network["proxy"] = CapabilityStatus("proxy", False, Reason.NETWORK_MODE_UNSUPPORTED.value,
-                                        "network mode 'proxy' is not built yet")
-    return BackendStatus(name, False, reason, detail, caps, network)
+        return backend_down(name, Reason.SETUP_FAILED.value, f"the {name} backend has no status yet: {exc}")
 
 
 def clear_cache() -> None:

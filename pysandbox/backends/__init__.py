@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 
-from ..errors import BackendUnavailable, CapabilityUnavailable, NetworkModeUnsupported, PolicyError, Reason
+from ..errors import BackendUnavailable, CapabilityUnavailable, PolicyError, Reason
+from .base import check_network_mode
 
 BACKENDS = ("native", "bwrap")
 log = logging.getLogger("pysandbox")
@@ -31,14 +32,6 @@ def get_backend(name: str):
                 from .bwrap import BwrapBackend as cls
             backend = _instances[name] = cls()
     return backend
-
-
-def check_network_mode(network) -> None:
-    """Raise NetworkModeUnsupported for a mode (a Plan's or Policy's ``network``) not built yet."""
-    if not network.implemented:
-        raise NetworkModeUnsupported(
-            f"network mode {network.mode!r} is not built yet; use 'deny' or 'allow'",
-            Reason.NETWORK_MODE_UNSUPPORTED)
 
 
 def select_backend(name: str, plan):

@@ -3,12 +3,18 @@
 A backend turns a :class:`~pysandbox.plan.Plan` into a running sandbox. ``spawn``
 returns only once the command was executed (native: EOF on the error pipe) or
 raises a typed error, so a failed setup never looks like a command's exit status.
+
+Here: :class:`Launch`, the :class:`Child` and :class:`Backend` protocols, the status
+records (:class:`CapabilityStatus`, :class:`BackendStatus`) and
+:func:`check_network_mode`, the one rule every backend applies to a plan's network.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
+
+from ..errors import NetworkModeUnsupported, Reason
 
 
 @dataclass
@@ -79,3 +85,11 @@ class Backend(Protocol):
 
     def status(self, policy) -> BackendStatus:
         """Per capability and per network mode: what works here and why not."""
+
+
+def check_network_mode(network) -> None:
+    """Raise NetworkModeUnsupported for a mode (a Plan's or Policy's ``network``) not built yet."""
+    if not network.implemented:
+        raise NetworkModeUnsupported(
+            f"network mode {network.mode!r} is not built yet; use 'deny' or 'allow'",
+            Reason.NETWORK_MODE_UNSUPPORTED)

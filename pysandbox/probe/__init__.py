@@ -5,8 +5,10 @@
 - whether an unprivileged user and network namespace can be created here
   (:func:`host_capabilities`, cached per process);
 - :func:`run_probe`: run a short probe command and collect its exit status and stderr,
-  bounded in time, with nothing but stdio inherited.
+  bounded in time, with nothing but stdio inherited;
+- :func:`backend_down`: the status of a backend that cannot run here at all.
 
+What a plan or each capability does through bwrap is probed in ``probe/bwrap.py``.
 Nothing here changes the host: probes run in children that exit at once.
 """
 
@@ -21,6 +23,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from ..backends.base import BackendStatus, CapabilityStatus
 from ..errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
 
 ENV_BWRAP = "PYSANDBOX_BWRAP"
@@ -212,6 +215,19 @@ def bwrap_info(path: str) -> BwrapInfo:
     with _lock:
         _info_cache[key] = info
     return info
+
+
+# ---------------------------------------------------------------- a backend that cannot run
+
+def backend_down(name: str, reason: str, detail: str) -> BackendStatus:
+    """The status of backend ``name`` when it cannot run here at all (not found, not
+    importable, refused): every capability and network mode unavailable for ``reason``
+    (a Reason value) with ``detail``, except ``proxy``, which is not built yet."""
+    caps = [CapabilityStatus(c, False, reason, detail) for c in ("user", "mount", "pid", "proc", "net", "loopback")]
+    network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow")}
+    network["proxy"] = CapabilityStatus("proxy", False, Reason.NETWORK_MODE_UNSUPPORTED.value,
+                                        "network mode 'proxy' is not built yet")
+    return BackendStatus(name, False, reason, detail, caps, network)
 
 
 # ---------------------------------------------------------------- kernel facts

@@ -238,7 +238,7 @@ def test_bwrap_python_fallback_init_holds_the_same_line(tmp_path, monkeypatch):
     why = host_capability("bwrap")
     if why is not None:
         need("bwrap", why)
-    from pysandbox.backends import bwrap as B
+    from pysandbox.backends import bwrap_init as B
     from pysandbox.errors import BackendUnavailable, Reason
 
     def missing():

@@ -9,9 +9,12 @@ import pytest
 
 from pysandbox import plan as P
 from pysandbox import probe
-from pysandbox.backends import bwrap as B
+from pysandbox.backends import bwrap_init as I
+from pysandbox.backends import bwrap_render as B
+from pysandbox.backends.bwrap import BwrapBackend
 from pysandbox.errors import (BackendUnavailable, BwrapNotFound, BwrapOptionUnsupported, Reason,
-                              SetuidRejected)
+                              SetuidRejected, SetupError)
+from pysandbox.probe import bwrap as PB
 from pysandbox.policy import Bind, Chmod, Dev, Dir, File, Mqueue, Policy, Proc, RemountRo, Symlink, Tmpfs
 
 HELP_08 = """usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]
@@ -78,7 +81,7 @@ def test_default_policy_argv(tmp_path):
     # the seccomp programs go to the init (installed in the command only), one fd each
     assert "--add-seccomp-fd" not in argv
     progs = [op.program for op in plan.ops if isinstance(op, P.Seccomp)]
-    cmd = B.init_command(plan, 50, 51, data, "/bin/true", ["true", "x"], [("/", 1, 2)])
+    cmd = I.init_command(plan, 50, 51, data, "/bin/true", ["true", "x"], [("/", 1, 2)])
     assert cmd[:3] == ["/proc/self/fd/50", "51", "50"]
     fds = [cmd[i + 1] for i, w in enumerate(cmd) if w == "-s"]
     assert len(fds) == len(progs) and [data.blobs[int(fd) - 100] for fd in fds] == progs
@@ -97,7 +100,7 @@ def test_init_modes_and_no_init_render(tmp_path):
     plan = P.compile(Policy.default(as_pid_1=True, keep_authority_sockets=True), outer_ids=(1000, 1001))
     argv = B.flatten(B.render(plan, data))
     assert B.init_mode(plan) == "exec" and "--as-pid-1" in argv and "--add-seccomp-fd" not in argv
-    assert "-x" in B.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+    assert "-x" in I.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
     plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user"}), outer_ids=(1000, 1001))
     assert B.init_mode(plan) is None
     argv = B.flatten(B.render(plan, data))
@@ -108,7 +111,7 @@ def test_init_modes_and_no_init_render(tmp_path):
     plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user", "pid"}), outer_ids=(1000, 1001))
     assert B.init_mode(plan) == "fork"
     with pytest.raises(BackendUnavailable) as exc:
-        B.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+        I.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
     assert exc.value.reason == Reason.BWRAP_INIT_UNAVAILABLE
 
 
@@ -118,12 +121,12 @@ def test_bind_identities_refuse_a_symlink_swapped_in(tmp_path):
     other.mkdir()
     plan = P.compile(Policy(fs=(Bind(str(real), "/x"),)), outer_ids=(1000, 1001))
     st = os.stat(real)
-    assert B.bind_identities(plan) == [("/x", st.st_dev, st.st_ino)]
+    assert I.bind_identities(plan) == [("/x", st.st_dev, st.st_ino)]
     real.rmdir()
     real.symlink_to(other)
-    with pytest.raises(B.SetupError) as exc:
-        B.bind_identities(plan)
-    assert exc.value.reason == B.Reason.SYMLINK_IN_PATH
+    with pytest.raises(SetupError) as exc:
+        I.bind_identities(plan)
+    assert exc.value.reason == Reason.SYMLINK_IN_PATH
 
 
 def test_network_part_toggle():
@@ -215,7 +218,7 @@ def test_caps_hostname_pid1_argv0():
     ("bwrap: Can't chdir to /nope: No such file or directory", False, Reason.BWRAP_PROBE_FAILED),
 ])
 def test_classify(message, network_part, reason):
-    assert B.classify(message, network_part=network_part) == reason
+    assert PB.classify(message, network_part=network_part) == reason
 
 
 def test_probe_failed_tells_setup_from_exec():
@@ -224,11 +227,11 @@ def test_probe_failed_tells_setup_from_exec():
     cmd_failed = probe.ProbeResult(3, "", "some output of the command\n")
     setup = probe.ProbeResult(1, "", "bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n")
     killed = probe.ProbeResult(-9, "", "")
-    assert B.probe_failed(ok) is None
-    assert B.probe_failed(exec_failed) is None
-    assert B.probe_failed(cmd_failed) is None
-    assert B.probe_failed(setup) == "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
-    assert B.probe_failed(killed)
+    assert PB.probe_failed(ok) is None
+    assert PB.probe_failed(exec_failed) is None
+    assert PB.probe_failed(cmd_failed) is None
+    assert PB.probe_failed(setup) == "bwrap: Can't mount proc on /newroot/proc: Operation not permitted"
+    assert PB.probe_failed(killed)
 
 
 # ---------------------------------------------------------------- locating
@@ -298,7 +301,7 @@ def test_never_inside_a_writable_path(tmp_path, monkeypatch):
     assert probe.locate_bwrap(writable=[str(tmp_path / "rw")]) == str(outside)
     assert probe.locate_bwrap(writable=[]) == str(inside)
     # the backend derives the writable paths from the policy
-    backend = B.BwrapBackend(str(inside))
+    backend = BwrapBackend(str(inside))
     with pytest.raises(BackendUnavailable) as info:
         backend.info(P.writable_host_paths(Policy.default(workdir=str(tmp_path / "rw"))))
     assert info.value.reason == Reason.BWRAP_IN_WRITABLE_PATH
@@ -310,15 +313,15 @@ def test_setuid_rejected_unless_opted_in(tmp_path, monkeypatch):
     assert os.stat(fake).st_mode & stat.S_ISUID
     monkeypatch.delenv("PYSANDBOX_ALLOW_SETUID_BWRAP", raising=False)
     with pytest.raises(SetuidRejected) as info:
-        B.BwrapBackend(str(fake)).info()
+        BwrapBackend(str(fake)).info()
     assert info.value.reason == Reason.BWRAP_SETUID_REJECTED
-    assert B.BwrapBackend(str(fake), allow_setuid=True).info().setuid is True
+    assert BwrapBackend(str(fake), allow_setuid=True).info().setuid is True
     monkeypatch.setenv("PYSANDBOX_ALLOW_SETUID_BWRAP", "1")
-    assert B.BwrapBackend(str(fake)).info().setuid is True
+    assert BwrapBackend(str(fake)).info().setuid is True
     fake.chmod(0o2755)   # setgid counts too
     monkeypatch.delenv("PYSANDBOX_ALLOW_SETUID_BWRAP")
     with pytest.raises(SetuidRejected):
-        B.BwrapBackend(str(fake)).info()
+        BwrapBackend(str(fake)).info()
 
 
 def test_version_and_options_are_parsed_and_cached_per_file(tmp_path):
@@ -334,7 +337,7 @@ def test_version_and_options_are_parsed_and_cached_per_file(tmp_path):
 
 def test_a_plan_needing_a_missing_option_is_refused(tmp_path):
     fake = fake_bwrap(tmp_path / "bwrap")   # its help lacks --disable-userns and --dev-bind
-    backend = B.BwrapBackend(str(fake))
+    backend = BwrapBackend(str(fake))
     with pytest.raises(BwrapOptionUnsupported) as info:
         backend.check(P.compile(Policy.default(network="allow")))
     assert info.value.reason == Reason.BWRAP_OPTION_UNSUPPORTED
@@ -359,7 +362,7 @@ def test_read_only_device_bind_and_reused_descriptor_are_refused(tmp_path):
     fake = fake_bwrap(tmp_path / "bwrap", HELP_08 + "    --dev-bind SRC DEST             Bind\n"
                                                      "    --file FD DEST                 Copy\n"
                                                      "    --disable-userns               Disable\n")
-    backend = B.BwrapBackend(str(fake))
+    backend = BwrapBackend(str(fake))
     (tmp_path / "src").mkdir()
     ro_dev = Policy(fs=(Tmpfs("/"), Bind(str(tmp_path / "src"), "/d", readonly=True, dev=True)))
     with pytest.raises(BwrapOptionUnsupported) as info:

@@ -16,7 +16,8 @@ from bwrap_compat.mapping import to_policy
 from bwrap_compat.messages import OVERLAP
 from pysandbox import plan as P
 from pysandbox import probe
-from pysandbox.backends import bwrap as B
+from pysandbox.backends import bwrap_render as B
+from pysandbox.backends.bwrap import BwrapBackend
 from pysandbox.backends import native as N
 from pysandbox.errors import BackendUnavailable, BwrapOptionUnsupported, PolicyError, Reason, SetupError
 from pysandbox.policy import Bind, Dir, Overlay, Policy, Tmpfs
@@ -97,10 +98,10 @@ def test_bwrap_under_an_upper_dir_is_refused(tmp_path, layers):
     inside = fake_bwrap(tmp_path / "up" / "bwrap")
     policy = Policy(fs=(Tmpfs("/"), Overlay("/o", (layers["l1"],), layers["up"], layers["wk"])))
     with pytest.raises(BackendUnavailable) as info:
-        B.BwrapBackend(str(inside)).info(P.writable_host_paths(policy))
+        BwrapBackend(str(inside)).info(P.writable_host_paths(policy))
     assert info.value.reason is Reason.BWRAP_IN_WRITABLE_PATH
     ro = Policy(fs=(Tmpfs("/"), Overlay("/o", (layers["up"], layers["l1"]))))   # a lower is not written
-    assert B.BwrapBackend(str(inside)).info(P.writable_host_paths(ro)).path == str(inside)
+    assert BwrapBackend(str(inside)).info(P.writable_host_paths(ro)).path == str(inside)
 
 
 # ---------------------------------------------------------------- plan
@@ -243,7 +244,7 @@ def test_bwrap_0_8_lacks_the_overlay_options(tmp_path, layers, kind):
           "--tmp-overlay": Overlay("/o", (layers["l1"],), tmp=True),
           "--ro-overlay": Overlay("/o", (layers["l1"], layers["l2"]))}[kind]
     with pytest.raises(BwrapOptionUnsupported) as info:
-        B.BwrapBackend(str(fake)).check(_compile(op))
+        BwrapBackend(str(fake)).check(_compile(op))
     assert info.value.reason is Reason.BWRAP_OPTION_UNSUPPORTED
     assert "--overlay-src" in str(info.value) and kind in str(info.value)
     # control: without the overlay no overlay option is needed

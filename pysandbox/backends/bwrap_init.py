@@ -1,0 +1,255 @@
+"""The bwrap backend's own init, seen from the launcher.
+
+- which init runs (:func:`init_program`: the C init from a sealed execute-only memfd,
+  :func:`init_memfd`, or the Python fallback of ``_bwrap_pyinit.py`` where this
+  interpreter is visible in the sandbox) and the command line bwrap runs as the
+  sandbox's first process (:func:`init_command`);
+- what the init checks and covers: :func:`bind_identities` (each bind source's inode,
+  walked without following symlinks right before bwrap starts) and
+  :func:`proc_readonly_paths`;
+- the status pipe protocol (native/psb_bwrap_init.c): :data:`INIT_STARTED`,
+  :data:`INIT_FAILED` and the failed step, read by :func:`read_words` and turned into
+  the typed error by :func:`init_failure`.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import select
+import stat
+import sys
+import threading
+import time
+
+from .. import plan as P
+from ..errors import BackendUnavailable, Reason, SetupError
+from ..policy import CAPABILITIES
+from ._bwrap_pyinit import SOURCE
+from .bwrap_render import init_mode, join_path, proc_in_sandbox
+
+
+def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
+    """``(dest, st_dev, st_ino)`` of every bind of a host path, as the launcher finds the
+    source right before bwrap starts, without following any symlink (sources are
+    canonical: the policy resolved the ones the caller named). Our init checks each
+    destination is that inode before it forks the command; binds that a later mount
+    covers are left out.
+
+    Raises:
+        SetupError (symlink_in_path): a component of a source is a symlink now (as the
+            native backend says it).
+    """
+    ops = plan.mount_ops
+    out = []
+    for i, op in enumerate(ops):
+        if not isinstance(op, P.BindMount) or op.src is None or P.shadowed(i, ops):
+            continue
+        st = _lstat_no_symlinks(op.src, op.optional)
+        if st is not None:
+            out.append((op.dest, st.st_dev, st.st_ino))
+    return out
+
+
+def _lstat_no_symlinks(path: str, optional: bool):
+    fd = os.open("/", os.O_PATH | os.O_CLOEXEC)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            try:
+                nxt = os.open(part, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if optional:
+                    return None
+                raise SetupError(f"bind source {path} vanished before the launch", Reason.BIND_SOURCE_MISSING,
+                                 stage="bind", errno=errno.ENOENT, filename=path) from None
+            os.close(fd)
+            fd = nxt
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise SetupError(f"bind source {path}: {part} is a symlink now (it was not when the policy "
+                                 f"was made); refusing to follow it", Reason.SYMLINK_IN_PATH,
+                                 stage="bind", errno=errno.ELOOP, filename=path)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def proc_readonly_paths(plan: P.Plan) -> list[str]:
+    """Every ``plan.PROC_READONLY`` entry under each proc mount that no later mount
+    covers, for our init."""
+    ops = plan.mount_ops
+    return [join_path(op.dest, name) for i, op in enumerate(ops) if isinstance(op, P.MountProc)
+            and not P.shadowed(i, ops) for name in P.PROC_READONLY]
+
+
+def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
+                 binds) -> list[str]:
+    """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
+    setup options (native/psb_bwrap_init.c), then the real command.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
+            /proc, through which bwrap could exec the init.
+    """
+    proc = proc_in_sandbox(plan)
+    if init_fd is None:
+        proc = ""   # the Python init: exec'd by path, no procfs needed
+    elif proc is None:
+        raise BackendUnavailable(
+            "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
+            "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
+            Reason.BWRAP_INIT_UNAVAILABLE)
+    opts = ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
+    for path in proc_readonly_paths(plan):
+        opts += ["-r", path]
+    for dest, dev, ino in binds:
+        opts += ["-b", dest, str(dev), str(ino)]
+    keep = 0
+    for op in plan.ops:
+        if isinstance(op, P.Seccomp):
+            opts += ["-s", str(data_fd(op.program))]
+        elif isinstance(op, P.DropCapabilities):
+            for name in op.keep:
+                keep |= 1 << CAPABILITIES.index(name)
+    opts += ["-c", format(keep, "x")]
+    argv0 = plan.argv0 if plan.argv0 is not None else argv[0]
+    tail = [*opts, "--", exe, argv0, *argv[1:]]
+    if init_fd is None:
+        return [sys.executable, "-I", "-S", "-c", SOURCE, str(status_w), "-1", *tail]
+    return [f"{join_path(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *tail]
+
+
+def searchable_parents(dest: str, ops) -> bool:
+    """Whether every directory above ``dest`` is one the sandbox's uid can search: a host
+    directory, or one an op made itself. bwrap creates missing mount-point parents 0700
+    for its setup's uid, which another sandbox uid cannot enter (execvp of the init
+    through them fails with EACCES)."""
+    made = {op.dest for op in ops if isinstance(op, (P.MakeDir, P.MountTmpfs))}
+    parent = os.path.dirname(dest)
+    while parent not in ("/", ""):
+        host, _cover = P.host_path(parent, ops)
+        if parent not in made and not (host is not None and os.path.isdir(host)):
+            return False
+        parent = os.path.dirname(parent)
+    return True
+
+
+def python_init_usable(plan: P.Plan) -> bool:
+    """Whether the fallback init (Python, when the native module is missing) can run in
+    ``plan``'s sandbox: this interpreter is visible there at its own path."""
+    host, _cover = P.host_path(sys.executable, plan.mount_ops)
+    return host == sys.executable and os.path.exists(sys.executable)
+
+
+def init_program(plan: P.Plan) -> int | None:
+    """The C init's memfd (O_PATH descriptor), or None for the Python fallback init.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): neither can run here.
+    """
+    try:
+        fd = init_memfd()
+    except BackendUnavailable:
+        if python_init_usable(plan):
+            return None
+        raise
+    if proc_in_sandbox(plan) is None and python_init_usable(plan):
+        return None   # no procfs to exec the C init through
+    return fd
+
+
+_init_lock = threading.Lock()
+_init_fd: int | None = None
+
+
+def init_memfd() -> int:
+    """An O_PATH descriptor of a sealed, execute-only memfd holding our init (made once
+    per process). Execute-only: exec of a file its process cannot read leaves it
+    undumpable from the first instruction.
+
+    Raises:
+        BackendUnavailable (bwrap_init_unavailable): the native module (which carries
+            the init) is missing or was built without it, or memfds cannot be made.
+    """
+    global _init_fd
+    with _init_lock:
+        if _init_fd is not None:
+            return _init_fd
+        try:
+            # here, not at the top: the native module is optional (ImportError is an answer)
+            from .. import _native
+            ptr = _native.ffi.new("const unsigned char **")
+            size = _native.lib.psb_bwrap_init_blob(ptr)
+            blob = bytes(_native.ffi.buffer(ptr[0], size))
+        except (ImportError, AttributeError) as exc:
+            raise BackendUnavailable(
+                f"the bwrap backend's init is carried by the native module, which is missing ({exc}); "
+                f"rebuild it (pip install -e .) or use as_pid_1=True", Reason.BWRAP_INIT_UNAVAILABLE) from None
+        if not blob:
+            raise BackendUnavailable("the native module was built without the bwrap init (no C compiler "
+                                     "for native/psb_bwrap_init.c)", Reason.BWRAP_INIT_UNAVAILABLE)
+        try:
+            try:
+                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | 0x0010)  # MFD_EXEC
+            except OSError:
+                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            try:
+                view = memoryview(blob)
+                while view:
+                    view = view[os.write(fd, view):]
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+                            | fcntl.F_SEAL_SEAL)
+                os.fchmod(fd, 0o111)
+                # Keep an O_PATH descriptor, not the writable one (exec would be ETXTBSY).
+                pfd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot make the bwrap init's memfd: {exc}",
+                                     Reason.BWRAP_INIT_UNAVAILABLE) from None
+        while pfd < 3:   # never shadow a stdio slot in bwrap
+            pfd = os.dup(pfd)   # the low one stays open; harmless
+        _init_fd = pfd
+        return pfd
+
+
+# Words on our init's status pipe (native/psb_bwrap_init.c).
+INIT_STARTED = 0x50534201
+INIT_FAILED = 0x50534202
+INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
+                 5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline"}
+
+
+def read_words(fd: int, count: int, timeout: float) -> list[int]:
+    """Up to ``count`` 4-byte words from ``fd`` (fewer at EOF or timeout)."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while len(data) < 4 * count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 4 * count - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]
+
+
+def init_failure(what: int, detail: int, exe: str) -> Exception:
+    """The typed error for our init's ``INIT_FAILED`` report: step ``what`` failed with
+    ``detail`` (an errno for the mount namespace, capabilities, seccomp, exec and fork
+    steps); the command did not run."""
+    stage = INIT_FAILURES.get(what, f"step {what}")
+    if what == 7:   # exec
+        return OSError(detail, os.strerror(detail), exe)
+    if what == 4:
+        return SetupError("a bind's destination is not the inode the launcher validated (a symlink "
+                          "or another mount was swapped in before bwrap bound it); the command "
+                          "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=errno.ELOOP)
+    return SetupError(f"the bwrap backend's init failed at its {stage} step "
+                      f"({os.strerror(detail) if what in (2, 5, 6, 8) and detail else detail}); "
+                      f"the command did not run", Reason.SETUP_FAILED, stage="init",
+                      errno=detail if what in (2, 5, 6, 8) else None)
