@@ -57,7 +57,9 @@ def import_graph() -> dict[str, set[str]]:
                 wanted = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = _resolve(name, is_package, node)
-                wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+                full = [f"{base}.{a.name}" for a in node.names]
+                # the compiled module (``from .. import _native``) is not source: no edge
+                wanted = [f if f in modules else base for f in full if not _ignored(f)]
             else:
                 continue
             for target in wanted:
