@@ -987,7 +987,7 @@ static int psb_op_caps(const struct psb_op *op)
  * it did not handle, so the parent learns -N from the pipe, not from our exit).
  * Every signal is blocked (inherited from psb_spawn): blocked signals are queued
  * even for a namespace init, so sigwaitinfo sees them. Never returns. */
-static void psb_init(int cmd, int status_fd)
+static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
 {
     /* This process is a copy of the caller's memory: make it undumpable so the
      * sandboxed command (same uid) cannot read it through /proc/1/mem or ptrace. */
@@ -997,9 +997,11 @@ static void psb_init(int cmd, int status_fd)
     syscall(SYS_close_range, status_fd + 1, ~0U, 0);
     sigset_t set;
     sigemptyset(&set);
-    int fwd[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
-    for (unsigned i = 0; i < sizeof fwd / sizeof fwd[0]; i++)
-        sigaddset(&set, fwd[i]);
+    /* The forwarded signals are the caller's choice (launch fwd_signals, bit N-1 for
+     * signal N); SIGCHLD is how we learn of exits. */
+    for (int sig = 1; sig <= 64 && sig < NSIG; sig++)
+        if (fwd_signals & (1UL << (sig - 1)))
+            sigaddset(&set, sig);
     sigaddset(&set, SIGCHLD);
     for (;;) {
         siginfo_t info;
@@ -1071,44 +1073,27 @@ static void psb_exec(struct psb_child *c)
     sigprocmask(SIG_SETMASK, &none, NULL);
 
     umask(c->old_umask);
-    const char *exe = l->exe;
-    if (strchr(exe, '/') != NULL) {
-        execve(exe, c->argv, c->envp);
+    /* The candidates Python computed (pysandbox/execpath.py), tried in order. A name
+     * that was not searched has one candidate and reports its own error. */
+    const char *cand = l->cand;
+    if (!l->searched) {
+        execve(cand, c->argv, c->envp);
         psb_fail(c, PSB_STAGE_EXEC, -1, errno);
     }
-    /* PATH search as execvpe, in the sandbox's view, with a stack buffer. */
-    char buf[PATH_MAX];
-    size_t elen = strlen(exe);
-    int seen_eacces = 0, last = ENOENT;
-    const char *p = l->path;
-    while (p != NULL) {
-        const char *end = strchr(p, ':');
-        size_t dlen = end ? (size_t)(end - p) : strlen(p);
-        if (dlen == 0) {
-            buf[0] = '.';
-            dlen = 1;
-        } else if (dlen < sizeof buf) {
-            memcpy(buf, p, dlen);
+    int seen_eacces = 0;
+    for (int k = 0; k < l->ncand; k++, cand += strlen(cand) + 1) {
+        execve(cand, c->argv, c->envp);
+        if (errno == EACCES) {
+            /* Only a file that is there but not executable makes it EACCES (as
+             * a shell): an unreadable directory on PATH does not. */
+            struct stat st;
+            if (stat(cand, &st) == 0 && !S_ISDIR(st.st_mode))
+                seen_eacces = 1;
         }
-        if (dlen + 1 + elen + 1 <= sizeof buf) {
-            buf[dlen] = '/';
-            memcpy(buf + dlen + 1, exe, elen + 1);
-            execve(buf, c->argv, c->envp);
-            last = errno;
-            if (errno == EACCES) {
-                /* Only a file that is there but not executable makes it EACCES (as
-                 * a shell): an unreadable directory on PATH does not. */
-                struct stat st;
-                if (stat(buf, &st) == 0 && !S_ISDIR(st.st_mode))
-                    seen_eacces = 1;
-            }
-            else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
-                     errno != ETIMEDOUT && errno != ENAMETOOLONG)
-                psb_fail(c, PSB_STAGE_EXEC, -1, errno);
-        }
-        p = end ? end + 1 : NULL;
+        else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
+                 errno != ETIMEDOUT && errno != ENAMETOOLONG)
+            psb_fail(c, PSB_STAGE_EXEC, -1, errno);
     }
-    (void)last;
     psb_fail(c, PSB_STAGE_EXEC, -1, seen_eacces ? EACCES : ENOENT);
 }
 
@@ -1139,8 +1124,8 @@ static void psb_exec_init(struct psb_child *c, int i)
         return;
     close(go[0]);
     if (c->status_fd < 0 || fcntl(c->status_fd, F_SETFD, 0) == 0) {
-        char pidbuf[16], fdbuf[16];
-        char *argv[] = { "psb-init", pidbuf, fdbuf, NULL };
+        char pidbuf[16], fdbuf[16], sigbuf[24];
+        char *argv[] = { "psb-init", pidbuf, fdbuf, sigbuf, NULL };
         char *envp[] = { NULL };
         char *p = pidbuf + sizeof pidbuf;
         unsigned int v = (unsigned int)cmd;
@@ -1158,6 +1143,14 @@ static void psb_exec_init(struct psb_child *c, int i)
             v /= 10;
         } while (v);
         argv[2] = p;
+        p = sigbuf + sizeof sigbuf;
+        unsigned long m = c->launch->fwd_signals;
+        *--p = '\0';
+        do {
+            *--p = (char)('0' + m % 10);
+            m /= 10;
+        } while (m);
+        argv[3] = p;
         syscall(SYS_execveat, c->plan->init_fd, "", argv, envp, AT_EMPTY_PATH);
     }
     /* Kill the command's process before our exit closes the go pipe, so it can
@@ -1430,7 +1423,7 @@ static void psb_child_main(struct psb_child *c, int start)
                 break;
             }
             close(c->errfd);  /* EOF for the parent now comes from the command's exec */
-            psb_init(cmd, c->status_fd);
+            psb_init(cmd, c->status_fd, c->launch->fwd_signals);
             break;
         }
         case PSB_OP_SECCOMP: {

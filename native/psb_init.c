@@ -4,9 +4,9 @@
  * can share the caller's memory instead of copying its page tables).
  *
  * Runs as pid 1 of the sandbox's pid namespace, no capabilities, every signal
- * blocked (inherited across exec): argv = {"psb-init", <command pid>, <status fd>}.
- * Reaps orphans, forwards SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2 to the
- * command, writes the command's raw wait status to the status fd and exits with
+ * blocked (inherited across exec): argv = {"psb-init", <command pid>, <status fd>,
+ * <forwarded signal mask>} (bit N-1: signal N; the set is chosen in Python).
+ * Reaps orphans, forwards the signals of the mask to the command, writes the command's raw wait status to the status fd and exits with
  * its code (128+N for a signal). argv[1] == "probe": exit 0 at once. */
 
 #if defined(__x86_64__)
@@ -24,12 +24,6 @@ PSB_START(psb_init_main);
 #error "psb_init: unsupported architecture"
 #endif
 
-#define SIGHUP 1
-#define SIGINT 2
-#define SIGQUIT 3
-#define SIGUSR1 10
-#define SIGUSR2 12
-#define SIGTERM 15
 #define SIGCHLD 17
 #define WNOHANG 1
 #define PR_SET_DUMPABLE 4
@@ -59,19 +53,18 @@ void __attribute__((noreturn, used)) psb_init_main(long *sp)
     char **argv = (char **)(sp + 1);
     if (argc >= 2 && argv[1][0] == 'p')
         quit(0);
-    if (argc < 3)
+    if (argc < 4)
         quit(127);
     long cmd = parse(argv[1]);
     long status_fd = parse(argv[2]);
-    if (cmd <= 0 || status_fd < 0)
+    long fwd = parse(argv[3]);
+    if (cmd <= 0 || status_fd < 0 || fwd < 0)
         quit(127);
     sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
     if (status_fd > 0)
         sys6(NR_CLOSE_RANGE, 0, status_fd - 1, 0, 0, 0, 0);
     sys6(NR_CLOSE_RANGE, status_fd + 1, ~0U, 0, 0, 0, 0);
-    unsigned long set = (1UL << (SIGHUP - 1)) | (1UL << (SIGINT - 1)) | (1UL << (SIGQUIT - 1)) |
-                        (1UL << (SIGUSR1 - 1)) | (1UL << (SIGUSR2 - 1)) | (1UL << (SIGTERM - 1)) |
-                        (1UL << (SIGCHLD - 1));
+    unsigned long set = (unsigned long)fwd | (1UL << (SIGCHLD - 1));
     long info[16];
     for (;;) {
         /* Reap first: the command may have exited before we were exec'd. */

@@ -30,7 +30,7 @@ CalledProcessError = subprocess.CalledProcessError
 TimeoutExpired = subprocess.TimeoutExpired
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+from .execpath import DEFAULT_PATH  # noqa: E402 - defined once, in execpath
 # A timeout or kill ends the sandbox with SIGKILL on its outermost process; the
 # pid namespace takes every descendant with it.
 

@@ -39,28 +39,22 @@ from dataclasses import dataclass, field
 from .. import plan as P
 from ..errors import (CapabilityUnavailable, NativeModuleMissing, NetworkNamespaceUnavailable, Reason,
                       SetupError, UserNamespaceUnavailable, error_for)
+from ..execpath import exec_candidates
 from ..policy import CAPABILITIES, Policy, Proc
 from .base import BackendStatus, CapabilityStatus, Launch
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
-NO_EXEC_INIT_ENV = "PYSANDBOX_NATIVE_NO_EXEC_INIT"
 
 CLONE_FLAGS = {"user": 0x10000000, "mount": 0x00020000, "pid": 0x20000000, "net": 0x40000000,
                "ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000}
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 
-# Op kinds and flags, mirrored from native/psb.h. The values are checked against the
-# compiled module on load (see _load), so a drift is an import-time error, not a bug.
-OP_KINDS = ("IDMAP", "PDEATHSIG", "SETUP_ROOT", "MKDIRS", "MKFILE", "BIND", "MOUNT", "SETATTR",
-            "SYMLINK", "WRITE", "CHMOD", "PIVOT", "LOOPBACK", "HOSTNAME", "DISABLE_USERNS", "CAPS",
-            "NNP", "INIT", "SECCOMP", "SETSID", "CHDIR", "WAIT_FD", "SETNS", "UNSHARE", "HOP",
-            "CHECK_PATH")
-OP = {name: i + 1 for i, name in enumerate(OP_KINDS)}
-STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE = 1, 2, 3, 4, 5, 6   # (7, 8: hops, never failures)
-F_RO, F_DEV, F_OPTIONAL, F_BIND, F_MODE, F_USERNS_FDS, F_IF_WRITABLE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40
-F_CURRENT_IDS, F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW = 0x80, 0x100, 0x200, 0x400
-PROBE_CLONE, PROBE_PROC, PROBE_LOOPBACK, PROBE_IDMAP = 0, 1, 2, 3
+# Op kinds, flags and the loader: pysandbox/backends/_native_lib.py (the module's ABI).
+from ._native_lib import (F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE, F_MODE,  # noqa: E402,F401
+                          F_NO_AMBIENT, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, FORWARDED_SIGNAL_MASK,
+                          OP, OP_KINDS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC, STAGE_CLONE,
+                          STAGE_EXEC, STAGE_FDS, STAGE_OP, STAGE_PARENT_DIED, STAGE_PIPE, NO_EXEC_INIT_ENV, _load,
+                          has_mount_setattr, init_fd)
 
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
@@ -463,73 +457,6 @@ def pack(plan: P.Plan, ops: list[COp], *, fallback: bool = False) -> Compiled:
                     no_mount_setattr=fallback, want_status=init)
 
 
-# ---------------------------------------------------------------- the cffi module
-
-_module = None
-_module_error: Exception | None = None
-_module_lock = threading.Lock()
-
-
-def _load():
-    """(ffi, lib) of pysandbox._native.
-
-    Raises:
-        NativeModuleMissing: the module cannot be imported or lacks the executor.
-    """
-    global _module, _module_error
-    if _module is not None:
-        return _module
-    with _module_lock:
-        if _module is not None:
-            return _module
-        try:
-            from .. import _native
-            lib = _native.lib
-            for name in OP_KINDS:
-                if getattr(lib, f"PSB_OP_{name}") != OP[name]:
-                    raise ImportError(f"PSB_OP_{name} differs between psb.h and native.py")
-            if (lib.PSB_F_IF_WRITABLE, lib.PSB_F_USERNS_FDS, lib.PSB_F_CURRENT_IDS, lib.PSB_F_LIFELINE,
-                    lib.PSB_F_NO_AMBIENT, lib.PSB_F_NOFOLLOW) != (F_IF_WRITABLE, F_USERNS_FDS, F_CURRENT_IDS,
-                                                                 F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW):
-                raise ImportError("PSB_F_* flags differ between psb.h and native.py")
-            lib.psb_spawn  # noqa: B018 - the executor must be there
-        except (ImportError, AttributeError) as exc:
-            _module_error = exc
-            raise NativeModuleMissing(
-                f"the compiled module pysandbox._native cannot be used ({exc}); reinstall pysandbox "
-                "with a C compiler, or use backend='bwrap'", Reason.NATIVE_MODULE_MISSING) from exc
-        _module = (_native.ffi, lib)
-    return _module
-
-
-_init_fd: int | None = None
-
-
-def init_fd() -> int:
-    """The sealed memfd of the freestanding pid-1 init (native/psb_init.c), created and
-    probed once per process; -1 when it cannot be exec'd here (then the init stays a
-    copy of the caller: correct, but each launch copies the caller's page tables).
-    ``PYSANDBOX_NATIVE_NO_EXEC_INIT=1`` forces that fork mode."""
-    global _init_fd
-    if os.environ.get(NO_EXEC_INIT_ENV) == "1":
-        return -1
-    if _init_fd is None:
-        ffi, lib = _load()
-        with _module_lock:
-            if _init_fd is None:
-                fd = lib.psb_init_memfd() if lib.PSB_HAS_EXEC_INIT else -1
-                if fd >= 0 and lib.psb_probe_exec_init(fd) != 0:
-                    os.close(fd)
-                    fd = -1
-                _init_fd = fd if fd >= 0 else -1
-    return _init_fd
-
-
-def has_mount_setattr() -> bool:
-    ffi, lib = _load()
-    return bool(lib.PSB_HAS_MOUNT_SETATTR) and bool(lib.psb_mount_setattr_works())
-
-
 # ---------------------------------------------------------------- errors: the one mapping table
 
 _CLONE_ERRNOS = (E.EPERM, E.EINVAL, E.ENOSPC, E.EUSERS, E.EACCES)
@@ -816,14 +743,16 @@ class NativeBackend:
         env = dict(launch.env)
         env["PWD"] = (plan.first(P.Chdir) or P.Chdir("/")).path   # as bwrap: PWD is the new cwd (D1)
         envbuf = b"\0".join(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()) + b"\0"
-        keep = [ffi.new("char[]", argbuf), ffi.new("char[]", envbuf), ffi.new("char[]", os.fsencode(exe)),
-                ffi.new("char[]", os.fsencode(env.get("PATH", DEFAULT_PATH))),
+        cands = exec_candidates(exe, env.get("PATH"), env["PWD"])
+        keep = [ffi.new("char[]", argbuf), ffi.new("char[]", envbuf),
+                ffi.new("char[]", b"".join(os.fsencode(c) + b"\0" for c in cands)), None,
                 ffi.new("int[]", list(launch.pass_fds) or [0]),
                 ffi.new("int[]", list(launch.close_in_setup) or [0])]
         L = ffi.new("struct psb_launch *")
         L.argbuf, L.argc = keep[0], len(argv)
         L.envbuf, L.envc = keep[1], len(env)
-        L.exe, L.path = keep[2], keep[3]
+        L.cand, L.ncand, L.searched = keep[2], len(cands), int("/" not in exe)
+        L.fwd_signals = FORWARDED_SIGNAL_MASK
         L.stdio = [launch.stdin, launch.stdout, launch.stderr]
         L.pass_fds, L.npass = keep[4], len(launch.pass_fds)
         L.want_status = int(ready.compiled.want_status)
