@@ -106,7 +106,7 @@ BWRAP_INIT_BLOB = os.path.join("native", "_psb_bwrap_init_blob.h")
 compile_blob(BWRAP_INIT_SRC, BWRAP_INIT_BLOB, "psb_bwrap_init_blob")
 
 # The bwrap backend's init is only carried by the module (bwrap execs it from a memfd
-# the backend makes); psb.c does not use it.
+# the backend makes); the executor does not use it.
 BWRAP_INIT_ACCESSOR = """
 #include "_psb_bwrap_init_blob.h"
 size_t psb_bwrap_init_blob(const unsigned char **data)
@@ -116,14 +116,17 @@ size_t psb_bwrap_init_blob(const unsigned char **data)
 }
 """
 
+# The executor's C files (psb_internal.h declares what they share).
+SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_child", "psb_spawn", "psb_probe")
+
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "pysandbox._native",
     '#include "psb.h"\n' + BWRAP_INIT_ACCESSOR,
-    sources=["native/psb.c"],
+    sources=[f"native/{name}.c" for name in SOURCES],
     include_dirs=["native"],
-    depends=["native/psb.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
+    depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
              "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
 )

@@ -1,5 +1,5 @@
 /* The sandbox's pid-1 init, as a freestanding static program (no libc). build_native.py
- * compiles it and embeds the bytes in pysandbox._native; psb.c execs it from a sealed
+ * compiles it and embeds the bytes in pysandbox._native; psb_child.c execs it from a sealed
  * memfd, so the init does not keep a copy of the caller's memory (and the setup child
  * can share the caller's memory instead of copying its page tables).
  *

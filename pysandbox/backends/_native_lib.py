@@ -1,4 +1,4 @@
-"""The one loader of the compiled module pysandbox._native (native/psb.c, built by
+"""The one loader of the compiled module pysandbox._native (native/psb_*.c, built by
 native/build_native.py) and its ABI: the op names and flags Python emits, the stamp
 checked at load, the sealed init's descriptor and the mount_setattr probe.
 

@@ -7,7 +7,7 @@ one string table; every path is already absolute in the setup view (sources unde
 (minimal /dev, /proc with its read-only re-binds) is expanded into primitive ops, so
 the C side stays a small switch. Per launch only argv, envp and stdio are filled in.
 
-The C child (``native/psb.c``) walks the array after ``clone``: no Python, no malloc.
+The C child (``native/psb_child.c``) walks the array after ``clone``: no Python, no malloc.
 A failed step sends ``{stage, op index, errno}`` through a close-on-exec pipe; here
 :func:`setup_error` maps it, in one table, to the typed error naming the plan step
 and the path. EOF on the pipe means the command was executed.
