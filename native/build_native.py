@@ -127,7 +127,8 @@ ffibuilder.set_source(
     sources=[f"native/{name}.c" for name in SOURCES],
     include_dirs=["native"],
     depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
-             "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h"],
+             "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h",
+             "native/psb_pid1.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
 )
 

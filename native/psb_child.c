@@ -3,13 +3,14 @@
  * init of psb_init.c from a sealed memfd) and the final exec of the command
  * (psb_exec: stdio, descriptors, signal state, the exec candidates Python computed). */
 #include "psb_internal.h"
+#define PSB_PID1_LIBC
+#include "psb_pid1.h"
 
 /* Runs in the sandbox's pid-1 process, no capabilities, after the fork of the
- * command: reap orphans, forward the usual termination signals to the command and
- * report its raw wait status on the status pipe (a pid-1 cannot die of a signal
- * it did not handle, so the parent learns -N from the pipe, not from our exit).
- * Every signal is blocked (inherited from psb_spawn): blocked signals are queued
- * even for a namespace init, so sigwaitinfo sees them. Never returns. */
+ * command (fork mode): the shared pid-1 loop (psb_pid1.h) reaps orphans, forwards
+ * the signals of fwd_signals (Python's choice) to the command and reports its raw
+ * wait status on the status pipe. Every signal is blocked (inherited from
+ * psb_spawn). Never returns. */
 static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
 {
     /* This process is a copy of the caller's memory: make it undumpable so the
@@ -18,35 +19,7 @@ static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
     if (status_fd > 0)
         syscall(SYS_close_range, 0, status_fd - 1, 0);
     syscall(SYS_close_range, status_fd + 1, ~0U, 0);
-    sigset_t set;
-    sigemptyset(&set);
-    /* The forwarded signals are the caller's choice (launch fwd_signals, bit N-1 for
-     * signal N); SIGCHLD is how we learn of exits. */
-    for (int sig = 1; sig <= 64 && sig < NSIG; sig++)
-        if (fwd_signals & (1UL << (sig - 1)))
-            sigaddset(&set, sig);
-    sigaddset(&set, SIGCHLD);
-    for (;;) {
-        siginfo_t info;
-        int sig = sigwaitinfo(&set, &info);
-        if (sig < 0)
-            continue;
-        if (sig != SIGCHLD) {
-            kill(cmd, sig);
-            continue;
-        }
-        for (;;) {
-            int st;
-            pid_t p = waitpid(-1, &st, WNOHANG);
-            if (p <= 0)
-                break;
-            if (p == cmd) {
-                if (status_fd >= 0)
-                    psb_write_all(status_fd, (const char *)&st, sizeof st);
-                _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-            }
-        }
-    }
+    psb_pid1_loop(cmd, status_fd, fwd_signals);
 }
 
 /* Runs in the command's process, after the last op: stdio, descriptors, signal
