@@ -17,34 +17,8 @@ CDEF = """
 #define PSB_HAS_MOUNT_SETATTR ...
 #define PSB_HAS_CLOSE_RANGE ...
 #define PSB_HAS_EXEC_INIT ...
-enum psb_op_kind {
-    PSB_OP_IDMAP = ..., PSB_OP_PDEATHSIG = ..., PSB_OP_SETUP_ROOT = ..., PSB_OP_MKDIRS = ...,
-    PSB_OP_MKFILE = ..., PSB_OP_BIND = ..., PSB_OP_MOUNT = ..., PSB_OP_SETATTR = ...,
-    PSB_OP_SYMLINK = ..., PSB_OP_WRITE = ..., PSB_OP_CHMOD = ..., PSB_OP_PIVOT = ...,
-    PSB_OP_LOOPBACK = ..., PSB_OP_HOSTNAME = ..., PSB_OP_DISABLE_USERNS = ..., PSB_OP_CAPS = ...,
-    PSB_OP_NNP = ..., PSB_OP_INIT = ..., PSB_OP_SECCOMP = ..., PSB_OP_SETSID = ..., PSB_OP_CHDIR = ...,
-    PSB_OP_WAIT_FD = ..., PSB_OP_SETNS = ..., PSB_OP_UNSHARE = ..., PSB_OP_HOP = ..., PSB_OP_CHECK_PATH = ...,
-};
-enum psb_stage {
-    PSB_STAGE_OP = ..., PSB_STAGE_CLONE = ..., PSB_STAGE_PARENT_DIED = ..., PSB_STAGE_FDS = ...,
-    PSB_STAGE_EXEC = ..., PSB_STAGE_PIPE = ..., PSB_STAGE_HOP = ..., PSB_STAGE_HOP_PID = ...,
-};
-#define PSB_F_RO ...
-#define PSB_F_DEV ...
-#define PSB_F_OPTIONAL ...
-#define PSB_F_BIND ...
-#define PSB_F_MODE ...
-#define PSB_F_USERNS_FDS ...
-#define PSB_F_IF_WRITABLE ...
-#define PSB_F_CURRENT_IDS ...
-#define PSB_F_LIFELINE ...
-#define PSB_F_NO_AMBIENT ...
-#define PSB_F_NOFOLLOW ...
-#define PSB_PROBE_CLONE ...
-#define PSB_PROBE_PROC ...
-#define PSB_PROBE_LOOPBACK ...
-#define PSB_PROBE_IDMAP ...
-
+#define PSB_ABI_VERSION ...
+{GENERATED}
 struct psb_op { int kind; int flags; int a, b, c, d; long n, m, mode; };
 struct psb_plan {
     const struct psb_op *ops; int nops; const char *strtab;
@@ -52,7 +26,7 @@ struct psb_plan {
 };
 struct psb_launch {
     const char *argbuf; int argc; const char *envbuf; int envc;
-    const char *exe; const char *path; int stdio[3];
+    const char *cand; int ncand; int searched; unsigned long fwd_signals; int stdio[3];
     const int *pass_fds; int npass; int want_status; int started_fd;
     const int *close_first; int nclose; int release_fd;
 };
@@ -65,6 +39,24 @@ int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
 size_t psb_bwrap_init_blob(const unsigned char **data);
 """
+
+
+def header_constants(header: str) -> str:
+    """The cdef lines of psb.h's enums and PSB_F_/PSB_PROBE_ flags, read from the header
+    itself so the op enum and the flags exist in one copy (values via "= ...")."""
+    import re
+    with open(header) as f:
+        text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+    out = []
+    for enum in ("psb_op_kind", "psb_stage"):
+        body = re.search(r"enum %s \{(.*?)\};" % enum, text, re.S).group(1)
+        names = re.findall(r"\b(PSB_[A-Z0-9_]+)", body)
+        out.append("enum %s { %s };" % (enum, ", ".join(f"{n} = ..." for n in names)))
+    out += [f"#define {n} ..." for n in re.findall(r"^#define (PSB_(?:F|PROBE)_[A-Z0-9_]+)\s", text, re.M)]
+    return "\n".join(out)
+
+
+CDEF = CDEF.replace("{GENERATED}", header_constants(os.path.join("native", "psb.h")))
 
 INIT_SRC = os.path.join("native", "psb_init.c")
 INIT_BLOB = os.path.join("native", "_psb_init_blob.h")
@@ -114,7 +106,7 @@ BWRAP_INIT_BLOB = os.path.join("native", "_psb_bwrap_init_blob.h")
 compile_blob(BWRAP_INIT_SRC, BWRAP_INIT_BLOB, "psb_bwrap_init_blob")
 
 # The bwrap backend's init is only carried by the module (bwrap execs it from a memfd
-# the backend makes); psb.c does not use it.
+# the backend makes); the executor does not use it.
 BWRAP_INIT_ACCESSOR = """
 #include "_psb_bwrap_init_blob.h"
 size_t psb_bwrap_init_blob(const unsigned char **data)
@@ -124,15 +116,19 @@ size_t psb_bwrap_init_blob(const unsigned char **data)
 }
 """
 
+# The executor's C files (psb_internal.h declares what they share).
+SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_child", "psb_spawn", "psb_probe")
+
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "pysandbox._native",
     '#include "psb.h"\n' + BWRAP_INIT_ACCESSOR,
-    sources=["native/psb.c"],
+    sources=[f"native/{name}.c" for name in SOURCES],
     include_dirs=["native"],
-    depends=["native/psb.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
-             "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h"],
+    depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
+             "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h",
+             "native/psb_pid1.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
 )
 

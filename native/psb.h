@@ -1,6 +1,6 @@
 /* pysandbox native executor: public declarations. build_native.py's cdef mirrors
- * the structs and functions below; the enum values are read by Python through the
- * cdef's "= ..." so the two can never disagree. */
+ * the structs and functions below and generates its enums and flags from this file;
+ * the values are read by Python through the cdef's "= ..." so they cannot disagree. */
 #ifndef PSB_H
 #define PSB_H
 #include <sys/syscall.h>
@@ -14,9 +14,14 @@
 #endif
 #define PSB_HAS_CLOSE_RANGE 1
 
+/* The layout version of everything below: bump it with any change to a struct, an
+ * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
+ * differs from its own (a module built from an older psb.h: rebuild it). */
+#define PSB_ABI_VERSION 2
+
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
- * per kind is documented in psb.c next to the handler and in backends/native.py. */
+ * per kind is documented in psb_ops.c next to the handler and in backends/native.py. */
 enum psb_op_kind {
     PSB_OP_IDMAP = 1,         /* a=setgroups "deny", b=uid_map text, c=gid_map text */
     PSB_OP_PDEATHSIG,         /* prctl(PR_SET_PDEATHSIG, SIGKILL) + lifeline check */
@@ -113,8 +118,12 @@ struct psb_launch {
     int argc;
     const char *envbuf;
     int envc;
-    const char *exe;          /* what to execute (searched in path when it has no '/') */
-    const char *path;         /* the PATH to search */
+    const char *cand;         /* ncand NUL-terminated absolute paths to execve in order
+                                 (pysandbox/execpath.py exec_candidates) */
+    int ncand;
+    int searched;             /* the candidates come from a PATH search: ENOENT-like errors
+                                 go on to the next, EACCES counts only for a file */
+    unsigned long fwd_signals; /* signals the init forwards to the command (bit N-1: signal N) */
     int stdio[3];
     const int *pass_fds;
     int npass;

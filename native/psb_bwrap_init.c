@@ -32,7 +32,7 @@
  *                             the init exits with the command's code (128+N). */
 
 #if defined(__x86_64__)
-#include "psb_freestanding.h"
+#include "psb_pid1.h"
 PSB_START(psb_binit_main);
 
 #define NR_READ 0
@@ -44,11 +44,9 @@ PSB_START(psb_binit_main);
 #define NR_EXECVE 59
 #define NR_EXIT 60
 #define NR_WAIT4 61
-#define NR_KILL 62
 #define NR_FCNTL 72
 #define NR_CAPGET 125
 #define NR_CAPSET 126
-#define NR_RT_SIGTIMEDWAIT 128
 #define NR_PRCTL 157
 #define NR_MOUNT 165
 #define NR_EXIT_GROUP 231
@@ -68,7 +66,6 @@ PSB_START(psb_binit_main);
 #define SIGUSR2 12
 #define SIGTERM 15
 #define SIGCHLD 17
-#define WNOHANG 1
 #define PR_SET_PDEATHSIG 1
 #define PR_SET_DUMPABLE 4
 #define PR_SET_SECCOMP 22
@@ -363,21 +360,5 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     }
     put(W_STARTED);
 
-    long info[16];
-    for (;;) {
-        for (;;) {
-            int st = 0;
-            long p = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0);
-            if (p <= 0)
-                break;
-            if (p == cmd) {
-                put((unsigned int)st);
-                int sig = st & 0x7f;
-                quit(sig == 0 ? (st >> 8) & 0xff : 128 + sig);
-            }
-        }
-        long sig = sys6(NR_RT_SIGTIMEDWAIT, (long)&set, (long)info, 0, 8, 0, 0);
-        if (sig > 0 && sig != SIGCHLD)
-            sys6(NR_KILL, cmd, sig, 0, 0, 0, 0);
-    }
+    psb_pid1_loop(cmd, status_fd, set & ~(1UL << (SIGCHLD - 1)));
 }

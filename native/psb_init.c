@@ -1,37 +1,26 @@
 /* The sandbox's pid-1 init, as a freestanding static program (no libc). build_native.py
- * compiles it and embeds the bytes in pysandbox._native; psb.c execs it from a sealed
+ * compiles it and embeds the bytes in pysandbox._native; psb_child.c execs it from a sealed
  * memfd, so the init does not keep a copy of the caller's memory (and the setup child
  * can share the caller's memory instead of copying its page tables).
  *
  * Runs as pid 1 of the sandbox's pid namespace, no capabilities, every signal
- * blocked (inherited across exec): argv = {"psb-init", <command pid>, <status fd>}.
- * Reaps orphans, forwards SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2 to the
- * command, writes the command's raw wait status to the status fd and exits with
- * its code (128+N for a signal). argv[1] == "probe": exit 0 at once. */
+ * blocked (inherited across exec): argv = {"psb-init", <command pid>, <status fd>,
+ * <forwarded signal mask>} (bit N-1: signal N; the set is chosen in Python).
+psb_pid1_loop (native/psb_pid1.h) reaps, forwards the signals of the mask to the
+ * command, writes its raw wait status to the status fd and exits with its code
+ * (128+N for a signal). argv[1] == "probe": exit 0 at once. */
 
 #if defined(__x86_64__)
-#include "psb_freestanding.h"
+#include "psb_pid1.h"
 PSB_START(psb_init_main);
 
-#define NR_WRITE 1
-#define NR_KILL 62
-#define NR_WAIT4 61
 #define NR_EXIT_GROUP 231
 #define NR_PRCTL 157
-#define NR_RT_SIGTIMEDWAIT 128
 #define NR_CLOSE_RANGE 436
 #else
 #error "psb_init: unsupported architecture"
 #endif
 
-#define SIGHUP 1
-#define SIGINT 2
-#define SIGQUIT 3
-#define SIGUSR1 10
-#define SIGUSR2 12
-#define SIGTERM 15
-#define SIGCHLD 17
-#define WNOHANG 1
 #define PR_SET_DUMPABLE 4
 
 static long parse(const char *s)
@@ -59,35 +48,16 @@ void __attribute__((noreturn, used)) psb_init_main(long *sp)
     char **argv = (char **)(sp + 1);
     if (argc >= 2 && argv[1][0] == 'p')
         quit(0);
-    if (argc < 3)
+    if (argc < 4)
         quit(127);
     long cmd = parse(argv[1]);
     long status_fd = parse(argv[2]);
-    if (cmd <= 0 || status_fd < 0)
+    long fwd = parse(argv[3]);
+    if (cmd <= 0 || status_fd < 0 || fwd < 0)
         quit(127);
     sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
     if (status_fd > 0)
         sys6(NR_CLOSE_RANGE, 0, status_fd - 1, 0, 0, 0, 0);
     sys6(NR_CLOSE_RANGE, status_fd + 1, ~0U, 0, 0, 0, 0);
-    unsigned long set = (1UL << (SIGHUP - 1)) | (1UL << (SIGINT - 1)) | (1UL << (SIGQUIT - 1)) |
-                        (1UL << (SIGUSR1 - 1)) | (1UL << (SIGUSR2 - 1)) | (1UL << (SIGTERM - 1)) |
-                        (1UL << (SIGCHLD - 1));
-    long info[16];
-    for (;;) {
-        /* Reap first: the command may have exited before we were exec'd. */
-        for (;;) {
-            int st = 0;
-            long p = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0);
-            if (p <= 0)
-                break;
-            if (p == cmd) {
-                sys6(NR_WRITE, status_fd, (long)&st, sizeof st, 0, 0, 0);
-                int sig = st & 0x7f;
-                quit(sig == 0 ? (st >> 8) & 0xff : 128 + sig);
-            }
-        }
-        long sig = sys6(NR_RT_SIGTIMEDWAIT, (long)&set, (long)info, 0, 8, 0, 0);
-        if (sig > 0 && sig != SIGCHLD)
-            sys6(NR_KILL, cmd, sig, 0, 0, 0, 0);
-    }
+    psb_pid1_loop(cmd, status_fd, (unsigned long)fwd);
 }

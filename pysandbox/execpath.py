@@ -1,25 +1,23 @@
-"""The one PATH rule: which files ``execve`` is tried on for a command name.
-
-Computed once in Python, as CPython's ``_posixsubprocess`` does, and shared by every
-backend: the native child only tries the candidates in order; the bwrap backend and
-pybwrap look the command up through :func:`pysandbox.view.find_executable`, which
-walks the same list.
-"""
+"""Where a command is looked for: the exec candidates of a name, computed once in the
+caller (as CPython's _posixsubprocess does) so the sandboxed child only tries them in
+order. Pure: no file system access. ``DEFAULT_PATH`` is the PATH used when the
+command's environment has none (see docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
 import os
 
-# execvp's default when the environment has no PATH (glibc's confstr(_CS_PATH) plus sbin).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def exec_candidates(name: str, path_env: str | None, cwd: str) -> list[str]:
-    """The paths ``execve`` is tried on, in order, for ``name`` run in directory ``cwd``
-    of the sandbox: ``name`` itself if it holds a ``/``, else each ``PATH`` entry
-    (``DEFAULT_PATH`` when unset; an empty entry means the working directory, as
-    execvp) joined with it. Relative paths are made absolute against ``cwd``."""
+    """The absolute paths to execve, in order, for ``name`` in a process whose working
+    directory is ``cwd`` (absolute) and whose PATH is ``path_env`` (None: DEFAULT_PATH).
+
+    A name containing "/" is not searched: [that path joined to cwd]. Otherwise one
+    candidate per PATH entry, an empty entry meaning the working directory (as execvp).
+    """
     if "/" in name:
         return [os.path.join(cwd, name)]
-    search = DEFAULT_PATH if path_env is None else path_env
-    return [os.path.join(cwd, d or ".", name) for d in search.split(":")]
+    path = DEFAULT_PATH if path_env is None else path_env
+    return [os.path.join(cwd, entry, name) for entry in path.split(":")]

@@ -27,7 +27,10 @@ import threading
 
 from .. import plan as P
 from ..errors import NativeModuleMissing, Reason
+from ..execpath import exec_candidates
 from .base import BackendStatus, Launch
+# The cffi module: one loader, its ABI checked at load.
+from ._native_lib import FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, _load, has_mount_setattr, init_fd  # noqa: F401
 from .native_errors import namespace_error, setup_error
 from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
 # The op array's names, re-exported: the tests and the module loader read them here.
@@ -37,76 +40,7 @@ from .native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABL
                          STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, _sub_list, pack, parent_mode)
 from .native_translate import translate
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
-NO_EXEC_INIT_ENV = "PYSANDBOX_NATIVE_NO_EXEC_INIT"
-
-# ---------------------------------------------------------------- the cffi module
-
-_module = None
-_module_error: Exception | None = None
-_module_lock = threading.Lock()
-
-
-def _load():
-    """(ffi, lib) of pysandbox._native.
-
-    Raises:
-        NativeModuleMissing: the module cannot be imported or lacks the executor.
-    """
-    global _module, _module_error
-    if _module is not None:
-        return _module
-    with _module_lock:
-        if _module is not None:
-            return _module
-        try:
-            from .. import _native
-            lib = _native.lib
-            for name in OP_KINDS:
-                if getattr(lib, f"PSB_OP_{name}") != OP[name]:
-                    raise ImportError(f"PSB_OP_{name} differs between psb.h and native.py")
-            if (lib.PSB_F_IF_WRITABLE, lib.PSB_F_USERNS_FDS, lib.PSB_F_CURRENT_IDS, lib.PSB_F_LIFELINE,
-                    lib.PSB_F_NO_AMBIENT, lib.PSB_F_NOFOLLOW) != (F_IF_WRITABLE, F_USERNS_FDS, F_CURRENT_IDS,
-                                                                 F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW):
-                raise ImportError("PSB_F_* flags differ between psb.h and native.py")
-            lib.psb_spawn  # noqa: B018 - the executor must be there
-        except (ImportError, AttributeError) as exc:
-            _module_error = exc
-            raise NativeModuleMissing(
-                f"the compiled module pysandbox._native cannot be used ({exc}); reinstall pysandbox "
-                "with a C compiler, or use backend='bwrap'", Reason.NATIVE_MODULE_MISSING) from exc
-        _module = (_native.ffi, lib)
-    return _module
-
-
-_init_fd: int | None = None
-
-
-def init_fd() -> int:
-    """The sealed memfd of the freestanding pid-1 init (native/psb_init.c), created and
-    probed once per process; -1 when it cannot be exec'd here (then the init stays a
-    copy of the caller: correct, but each launch copies the caller's page tables).
-    ``PYSANDBOX_NATIVE_NO_EXEC_INIT=1`` forces that fork mode."""
-    global _init_fd
-    if os.environ.get(NO_EXEC_INIT_ENV) == "1":
-        return -1
-    if _init_fd is None:
-        ffi, lib = _load()
-        with _module_lock:
-            if _init_fd is None:
-                fd = lib.psb_init_memfd() if lib.PSB_HAS_EXEC_INIT else -1
-                if fd >= 0 and lib.psb_probe_exec_init(fd) != 0:
-                    os.close(fd)
-                    fd = -1
-                _init_fd = fd if fd >= 0 else -1
-    return _init_fd
-
-
-def has_mount_setattr() -> bool:
-    ffi, lib = _load()
-    return bool(lib.PSB_HAS_MOUNT_SETATTR) and bool(lib.psb_mount_setattr_works())
-
 
 # ---------------------------------------------------------------- the backend
 
@@ -305,19 +239,22 @@ class NativeBackend:
         argbuf = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
         env = launch.env   # PWD included (SandboxProcess sets it, as bwrap does)
         envbuf = b"\0".join(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()) + b"\0"
-        keep = [ffi.new("char[]", argbuf), ffi.new("char[]", envbuf), ffi.new("char[]", os.fsencode(exe)),
-                ffi.new("char[]", os.fsencode(env.get("PATH", DEFAULT_PATH))),
+        # The one PATH rule (execpath.py): the child only tries these, in order.
+        cands = exec_candidates(exe, env.get("PATH"), plan.chdir)
+        keep = [ffi.new("char[]", argbuf), ffi.new("char[]", envbuf),
+                ffi.new("char[]", b"".join(os.fsencode(c) + b"\0" for c in cands)),
                 ffi.new("int[]", list(launch.pass_fds) or [0]),
                 ffi.new("int[]", list(launch.close_in_setup) or [0])]
         L = ffi.new("struct psb_launch *")
         L.argbuf, L.argc = keep[0], len(argv)
         L.envbuf, L.envc = keep[1], len(env)
-        L.exe, L.path = keep[2], keep[3]
+        L.cand, L.ncand, L.searched = keep[2], len(cands), int("/" not in exe)
+        L.fwd_signals = FORWARDED_SIGNAL_MASK
         L.stdio = [launch.stdin, launch.stdout, launch.stderr]
-        L.pass_fds, L.npass = keep[4], len(launch.pass_fds)
+        L.pass_fds, L.npass = keep[3], len(launch.pass_fds)
         L.want_status = int(ready.compiled.want_status)
         L.started_fd = L.release_fd = -1
-        L.close_first, L.nclose = keep[5], len(launch.close_in_setup)
+        L.close_first, L.nclose = keep[4], len(launch.close_in_setup)
         res = ffi.new("struct psb_result *")
         if launch.on_start is None:
             rc = lib.psb_spawn(ready.plan, L, res)

@@ -12,12 +12,12 @@ import os
 
 from ..errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
                       UserNamespaceUnavailable, error_for)
+from ._native_lib import _load
 from .native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
                          STAGE_PARENT_DIED, Compiled)
 
 
 def _psb_probe():
-    from .native import _load   # the cffi module, loaded once (lazily: no cycle)
     return _load()[1].psb_probe
 
 

@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass
 
 from ..backends.base import BackendStatus, CapabilityStatus
+from ..backends._native_lib import _load, has_mount_setattr, init_fd
 from ..backends.native_ops import CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC
 from ..errors import NativeModuleMissing, Reason
 
@@ -46,7 +47,6 @@ def probe_native(subject=None) -> BackendStatus:
         Nothing: problems are reported in the returned status.
     """
     needs = subject if isinstance(subject, Needs) else Needs.of(subject)
-    from ..backends.native import _load, has_mount_setattr, init_fd
     try:
         ffi, lib = _load()
     except NativeModuleMissing as exc:

@@ -19,7 +19,7 @@ def _product_files():
         for p in ROOT.glob(pattern):
             rel = p.relative_to(ROOT).as_posix()
             # generated at build time (not tracked): the init blobs and the config header
-            if p.name.startswith("_psb_") or "/_native" in rel:
+            if p.name.startswith("_psb_") or rel.startswith("pysandbox/_native."):
                 continue
             out.add(rel)
     return out

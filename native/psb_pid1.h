@@ -1,0 +1,62 @@
+/* The sandbox's pid-1 loop: ONE implementation for the three inits, the freestanding
+ * memfd init (native/psb_init.c), the bwrap backend's init (native/psb_bwrap_init.c)
+ * and fork mode (psb_init in native/psb_child.c, a copy of the caller, with libc:
+ * define PSB_PID1_LIBC before including this).
+ *
+ * Runs as pid 1 of the sandbox's pid namespace, no capabilities, with every signal
+ * blocked (blocked signals are queued even for a namespace init, so
+ * rt_sigtimedwait sees them). Reaps every child; a signal of the forward mask (bit
+ * N-1: signal N, chosen in Python) is sent on to the command; when the command
+ * ends its raw wait status (4 bytes) goes to status_fd (if >= 0) and the init exits
+ * with the command's code (128+N for a signal: a pid 1 cannot die of a signal it
+ * did not handle, so the parent learns -N from the pipe). Never returns. */
+#ifndef PSB_PID1_H
+#define PSB_PID1_H
+
+#ifdef PSB_PID1_LIBC
+#include <sys/syscall.h>
+#include <unistd.h>
+#define PSB_PID1_SYS(n, a, b, c, d) syscall((n), (a), (b), (c), (d))
+#define PSB_PID1_NR_WRITE SYS_write
+#define PSB_PID1_NR_WAIT4 SYS_wait4
+#define PSB_PID1_NR_KILL SYS_kill
+#define PSB_PID1_NR_RT_SIGTIMEDWAIT SYS_rt_sigtimedwait
+#define PSB_PID1_NR_EXIT_GROUP SYS_exit_group
+#else
+#include "psb_freestanding.h"
+#define PSB_PID1_SYS(n, a, b, c, d) sys6((n), (a), (b), (c), (d), 0, 0)
+#define PSB_PID1_NR_WRITE 1
+#define PSB_PID1_NR_WAIT4 61
+#define PSB_PID1_NR_KILL 62
+#define PSB_PID1_NR_RT_SIGTIMEDWAIT 128
+#define PSB_PID1_NR_EXIT_GROUP 231
+#endif
+#define PSB_PID1_SIGCHLD 17
+#define PSB_PID1_WNOHANG 1
+
+static void __attribute__((noreturn)) psb_pid1_loop(long cmd, long status_fd, unsigned long forward)
+{
+    unsigned long set = forward | (1UL << (PSB_PID1_SIGCHLD - 1));
+    long info[16];
+    for (;;) {
+        /* Reap first: the command may have exited before this loop began. */
+        for (;;) {
+            int st = 0;
+            long p = PSB_PID1_SYS(PSB_PID1_NR_WAIT4, -1, (long)&st, PSB_PID1_WNOHANG, 0);
+            if (p <= 0)
+                break;
+            if (p == cmd) {
+                if (status_fd >= 0)
+                    PSB_PID1_SYS(PSB_PID1_NR_WRITE, status_fd, (long)&st, sizeof st, 0);
+                int sig = st & 0x7f;
+                for (;;)
+                    PSB_PID1_SYS(PSB_PID1_NR_EXIT_GROUP, sig == 0 ? (st >> 8) & 0xff : 128 + sig, 0, 0, 0);
+            }
+        }
+        long sig = PSB_PID1_SYS(PSB_PID1_NR_RT_SIGTIMEDWAIT, (long)&set, (long)info, 0, 8);
+        if (sig > 0 && sig != PSB_PID1_SIGCHLD)
+            PSB_PID1_SYS(PSB_PID1_NR_KILL, cmd, sig, 0, 0);
+    }
+}
+
+#endif

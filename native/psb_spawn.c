@@ -1,0 +1,405 @@
+/* pysandbox native executor: The caller's side of a launch: psb_spawn hands the clone to a launcher thread
+ * that never exits (so PR_SET_PDEATHSIG follows the process, not a short-lived
+ * thread), psb_spawn_run clones the child and follows the hop protocol (records on
+ * the error pipe or a credentials socket pair) until exec or failure. Runs in the
+ * caller's process, any privilege. */
+#include "psb_internal.h"
+
+static int psb_spawn_here(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res)
+{
+    res->pid = -1;
+    res->status_fd = -1;
+    res->stage = 0;
+    res->op = -1;
+    res->err = 0;
+
+    /* argv/envp pointer arrays: the parent may allocate, the child not (it only
+     * reads them, from its copy or from our memory until it execs). */
+    char **argv = malloc(sizeof(char *) * ((size_t)launch->argc + (size_t)launch->envc + 2));
+    if (argv == NULL) {
+        res->stage = PSB_STAGE_PIPE;
+        res->err = ENOMEM;
+        return -1;
+    }
+    char **envp = argv + launch->argc + 1;
+    int rc = psb_spawn_run(plan, launch, res, argv, envp);
+    free(argv);
+    return rc;
+}
+
+/* The error channel of a plan with PSB_OP_HOP: a socket pair whose reading end gets
+ * every sender's credentials (its pid in the reader's pid namespace). */
+static int psb_cred_socketpair(int fds[2])
+{
+    int one = 1;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
+        return -1;
+    if (setsockopt(fds[0], SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
+        int saved = errno;
+        close(fds[0]);
+        close(fds[1]);
+        errno = saved;
+        return -1;
+    }
+    return 0;
+}
+
+/* One record from the error channel: its size (0 at EOF or on error, less than a
+ * record when cut short). With ``sender``, the channel is psb_cred_socketpair's and
+ * *sender gets the writer's pid as the kernel saw it. */
+static size_t psb_read_record(int fd, struct psb_record *rec, pid_t *sender)
+{
+    if (sender == NULL) {
+        size_t got = 0;
+        while (got < sizeof *rec) {
+            ssize_t r = read(fd, (char *)rec + got, sizeof *rec - got);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        return got;
+    }
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(struct ucred))];
+    } control;
+    struct iovec iov = { rec, sizeof *rec };
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    ssize_t r;
+    do {
+        r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    } while (r < 0 && errno == EINTR);
+    if (r <= 0)
+        return 0;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&msg); h != NULL; h = CMSG_NXTHDR(&msg, h)) {
+        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_CREDENTIALS) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(h), sizeof cred);
+            *sender = cred.pid;
+        }
+    }
+    return (size_t)r;
+}
+
+/* psb_spawn_here, once the argv/envp arrays exist. */
+int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res,
+                         char **argv, char **envp)
+{
+    const char *p = launch->argbuf;
+    for (int i = 0; i < launch->argc; i++, p += strlen(p) + 1)
+        argv[i] = (char *)p;
+    argv[launch->argc] = NULL;
+    p = launch->envbuf;
+    for (int i = 0; i < launch->envc; i++, p += strlen(p) + 1)
+        envp[i] = (char *)p;
+    envp[launch->envc] = NULL;
+
+    int hops = 0, last_hop = -1;
+    for (int i = 0; i < plan->nops; i++) {
+        if (plan->ops[i].kind == PSB_OP_HOP) {
+            hops++;
+            last_hop = i;
+        }
+    }
+    int errpipe[2], lifeline[2], status[2] = { -1, -1 };
+    if (hops == 0 ? pipe2(errpipe, O_CLOEXEC) != 0 : psb_cred_socketpair(errpipe) != 0)
+        goto pipe_failed;
+    if (pipe2(lifeline, O_CLOEXEC) != 0) {
+        close(errpipe[0]);
+        close(errpipe[1]);
+        goto pipe_failed;
+    }
+    if (launch->want_status && pipe2(status, O_CLOEXEC) != 0) {
+        close(errpipe[0]);
+        close(errpipe[1]);
+        close(lifeline[0]);
+        close(lifeline[1]);
+        goto pipe_failed;
+    }
+
+    struct psb_child c;
+    memset(&c, 0, sizeof c);
+    c.plan = plan;
+    c.launch = launch;
+    c.argv = argv;
+    c.envp = envp;
+    c.errfd = errpipe[1];
+    c.lifeline = lifeline[0];
+    c.status_fd = status[1];
+    c.proc_self_fd = -1;
+    c.userns_sysctl_fd = -EBADF;
+    c.parent_fds[0] = errpipe[0];
+    c.parent_fds[1] = lifeline[1];
+    c.parent_fds[2] = status[0];
+    c.go_fd = c.go_wr = -1;
+    c.last_hop = last_hop;
+    c.oldroot_fd = -1;
+
+    /* Exec-init mode: the setup process shares our memory (no page-table copy) on a
+     * stack of its own, and the command gets another. Both are done with our memory
+     * once the error pipe reports EOF (each has exec'd or exited). */
+    char *stacks = NULL;
+    const size_t stack_size = 128 * 1024;
+    int share = plan->share_memory;
+    for (int i = 0; share && i < plan->nops; i++) {
+        /* A fork-mode init would keep running in our memory: never share then. */
+        if (plan->ops[i].kind == PSB_OP_INIT && plan->init_fd < 0)
+            share = 0;
+    }
+    if (share) {
+        stacks = mmap(NULL, 2 * stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stacks == MAP_FAILED) {
+            int saved = errno;
+            close(errpipe[0]);
+            close(errpipe[1]);
+            close(lifeline[0]);
+            close(lifeline[1]);
+            if (status[0] >= 0) {
+                close(status[0]);
+                close(status[1]);
+            }
+            errno = saved;
+            goto pipe_failed;
+        }
+        c.cmd_stack = stacks + 2 * stack_size;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    /* Every signal stays blocked until the error pipe is read: no EINTR, and no
+     * handler of ours runs while a child shares our memory (and our errno). */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid;
+    if (stacks != NULL) {
+        pid = clone(psb_setup_entry, stacks + stack_size, (int)(plan->clone_flags | CLONE_VM | SIGCHLD), &c);
+    } else {
+        pid = (pid_t)syscall(SYS_clone, plan->clone_flags | SIGCHLD, 0, 0, 0, 0);
+        if (pid == 0)
+            psb_setup_entry(&c);
+    }
+    int clone_errno = errno;
+    if (pid > 0 && launch->started_fd >= 0 && !hops) {
+        /* Before setup: a WAIT_FD op may wait for someone who needs our child's pid
+         * (bwrap's info-fd comes before its --userns-block-fd). Best effort: the
+         * reader's failure must not leave the child running unseen. */
+        int32_t v = (int32_t)pid;
+        (void)psb_write_all(launch->started_fd, (const char *)&v, sizeof v);
+    }
+    close(errpipe[1]);
+    close(lifeline[0]);
+    if (status[1] >= 0)
+        close(status[1]);
+    if (pid < 0) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (stacks != NULL)
+            munmap(stacks, 2 * stack_size);
+        close(errpipe[0]);
+        close(lifeline[1]);
+        if (status[0] >= 0)
+            close(status[0]);
+        res->stage = PSB_STAGE_CLONE;
+        res->err = clone_errno;
+        return -1;
+    }
+    struct psb_record rec;
+    size_t got = 0;
+    int hopping = 0;
+    for (;;) {
+        pid_t sender = 0;
+        got = psb_read_record(errpipe[0], &rec, hops > 0 ? &sender : NULL);
+        if (got != sizeof rec || (rec.stage != PSB_STAGE_HOP && rec.stage != PSB_STAGE_HOP_PID))
+            break;
+        if (rec.stage == PSB_STAGE_HOP) {
+            hopping = 1;
+            continue;
+        }
+        if (!hopping || sender <= 0) {   /* out of order, or no credentials: fail closed */
+            got = 0;
+            break;
+        }
+        /* Setup went on in a new child of ours; the old one exits. The pid that counts
+         * is the last hop's: the one that runs the rest of the setup. */
+        while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+        pid = sender;
+        hopping = 0;
+        if (launch->started_fd >= 0 && --hops == 0) {
+            int32_t v = (int32_t)pid;
+            (void)psb_write_all(launch->started_fd, (const char *)&v, sizeof v);
+        }
+    }
+    if (got == 0 && hopping)
+        got = 1;   /* EOF between the announcement and the new process's report: a failure */
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (stacks != NULL) {
+        if (got != 0) {
+            /* A failure: the setup process may still be running on its stack. */
+            kill(pid, SIGKILL);
+            while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+                ;
+            munmap(stacks, 2 * stack_size);
+            stacks = NULL;
+            close(errpipe[0]);
+            close(lifeline[1]);
+            if (status[0] >= 0)
+                close(status[0]);
+            goto report;
+        }
+        munmap(stacks, 2 * stack_size);
+    }
+    close(errpipe[0]);
+    /* The child has passed its parent-death check: the lifeline has done its job. */
+    close(lifeline[1]);
+    if (got == 0) {
+        res->pid = pid;
+        res->status_fd = status[0];
+        return 0;
+    }
+    if (status[0] >= 0)
+        close(status[0]);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+report:
+    if (got < sizeof rec) {
+        res->stage = PSB_STAGE_PIPE;
+        res->err = EPIPE;
+    } else {
+        res->stage = rec.stage;
+        res->op = rec.op;
+        res->err = rec.err;
+    }
+    return -1;
+
+pipe_failed:
+    res->stage = PSB_STAGE_PIPE;
+    res->err = errno;
+    return -1;
+}
+
+/* Launcher threads. PR_SET_PDEATHSIG fires when the *thread* that cloned the child
+ * exits, not the process: a sandbox started from a short-lived thread (a pool
+ * worker) would die with it. So the clone is done by one of a pool of C threads
+ * that never exit (every signal blocked): the sandbox dies with the process. The
+ * pool grows to the number of concurrent launches and is dropped in a forked child
+ * (its threads do not exist there). The main thread clones directly. */
+struct psb_worker {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int has_job, done, rc;
+    const struct psb_plan *plan;
+    const struct psb_launch *launch;
+    struct psb_result *res;
+    struct psb_worker *next;   /* idle list */
+};
+
+static pthread_mutex_t psb_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct psb_worker *psb_idle;
+static int psb_atfork_done;
+
+/* Runs in a forked child of the caller: the launcher threads are gone. */
+static void psb_atfork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    psb_pool_mu = fresh;
+    psb_idle = NULL;
+}
+
+/* Runs on a launcher thread of the caller's process for the life of the process. */
+static void *psb_worker_main(void *arg)
+{
+    struct psb_worker *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->has_job)
+            pthread_cond_wait(&w->cv, &w->mu);
+        w->has_job = 0;
+        pthread_mutex_unlock(&w->mu);
+        int rc = psb_spawn_here(w->plan, w->launch, w->res);
+        pthread_mutex_lock(&w->mu);
+        w->rc = rc;
+        w->done = 1;
+        pthread_cond_broadcast(&w->cv);
+    }
+    return NULL;
+}
+
+/* Runs in the caller's process, any thread. */
+static struct psb_worker *psb_worker_get(void)
+{
+    pthread_mutex_lock(&psb_pool_mu);
+    if (!psb_atfork_done) {
+        pthread_atfork(NULL, NULL, psb_atfork_child);
+        psb_atfork_done = 1;
+    }
+    struct psb_worker *w = psb_idle;
+    if (w != NULL) {
+        psb_idle = w->next;
+        pthread_mutex_unlock(&psb_pool_mu);
+        return w;
+    }
+    pthread_mutex_unlock(&psb_pool_mu);
+    w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 1024 * 1024);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the thread starts with all blocked */
+    pthread_t t;
+    int err = pthread_create(&t, &attr, psb_worker_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (err != 0) {
+        free(w);
+        errno = err;
+        return NULL;
+    }
+    return w;
+}
+
+/* Runs in the caller's process (any thread), any privilege: the public entry point.
+ * Blocks until the command was executed or a step failed; cffi releases the GIL. */
+int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res)
+{
+    /* The main thread lives as long as the process (Python joins its other threads
+     * from it at exit): clone directly, saving two thread hand-offs. */
+    if ((pid_t)syscall(SYS_gettid) == getpid())
+        return psb_spawn_here(plan, launch, res);
+    struct psb_worker *w = psb_worker_get();
+    if (w == NULL) {
+        res->pid = -1;
+        res->status_fd = -1;
+        res->stage = PSB_STAGE_PIPE;
+        res->op = -1;
+        res->err = errno ? errno : EAGAIN;
+        return -1;
+    }
+    pthread_mutex_lock(&w->mu);
+    w->plan = plan;
+    w->launch = launch;
+    w->res = res;
+    w->done = 0;
+    w->has_job = 1;
+    pthread_cond_broadcast(&w->cv);
+    while (!w->done)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&psb_pool_mu);
+    w->next = psb_idle;
+    psb_idle = w;
+    pthread_mutex_unlock(&psb_pool_mu);
+    return rc;
+}
