@@ -129,7 +129,7 @@ def _bwrap_itself(args, script):
 @pytest.mark.parametrize("dev", [True, False])
 @pytest.mark.parametrize("uid", [None, 1234])
 def test_proc_covering_always(backend, dev, uid):
-    """Stricter than bwrap (issue 12 item 1): every host-global entry of plan.PROC_READONLY
+    """Stricter than bwrap (THREAT_MODEL.md, procfs row): every host-global entry of plan.PROC_READONLY
     that this kernel has is covered read-only, whatever the ids; bwrap itself covers
     only where access(W_OK) succeeds in its setup (never /proc/sys for a root caller)."""
     from pysandbox.plan import PROC_READONLY

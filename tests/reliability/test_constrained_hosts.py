@@ -1,4 +1,4 @@
-"""Constrained hosts fail closed with their reason (issue 8).
+"""Constrained hosts fail closed with their reason (docs/ARCHITECTURE.md, invariant 1).
 
 Each simulated host (tests/support/constrained.py) is checked three ways on each backend:
 ``status`` names the reason (per capability, per network mode), an API launch raises

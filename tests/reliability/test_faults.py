@@ -233,7 +233,7 @@ def test_cli_timeout_kills_stubborn_command(backend, tmp_path):
     assert "ready" in _cli_timeout(backend, tmp_path)
 
 
-# The grace period of issue 8: on timeout the command gets SIGTERM first (this one
+# The grace period (pysandbox/lifecycle.py): on timeout the command gets SIGTERM first (this one
 # ignores it and says so), then SIGKILL after the grace period.
 def test_api_timeout_sends_sigterm_before_kill(backend, tmp_path):
     assert "ignored 15" in _api_timeout(backend, tmp_path)

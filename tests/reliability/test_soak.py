@@ -66,7 +66,7 @@ def test_sequential(backend, private_tmp):
     assert not wrong, f"{len(wrong)} wrong exit statuses (index, want, got), first: {wrong[:5]}"
 
 
-# What a signal death looks like: -N, as subprocess (DESIGN), on both backends (the bwrap
+# What a signal death looks like: -N, as subprocess (docs/ARCHITECTURE.md, SandboxProcess), on both backends (the bwrap
 # backend's own init reports the command's raw wait status, as native's does).
 SIGNAL_STATUS = {"native": lambda sig: -sig, "bwrap": lambda sig: -sig}
 

@@ -1,4 +1,4 @@
-"""The native backend's pid-1 init against a hostile command (issue 12 item 9).
+"""The native backend's pid-1 init against a hostile command (THREAT_MODEL.md, lifetime rows).
 
 Fork mode (``PYSANDBOX_NATIVE_NO_EXEC_INIT=1``, or where the memfd init cannot be
 exec'd) keeps a private copy of the caller's memory as the sandbox's init. It must be

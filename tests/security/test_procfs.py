@@ -1,5 +1,5 @@
 """procfs/sysfs boundary: no host-global kernel knob is writable from a sandbox, whatever
-the caller's uid (issue 12 item 1).
+the caller's uid (docs/ARCHITECTURE.md, invariant 9).
 
 Sysctl and procfs permission checks look at the uid: a root caller's command (kuid 0,
 capabilities in its own user namespace only) may write /proc/sys/kernel/core_pattern

@@ -1,5 +1,5 @@
 """Filesystem boundary: symlinks in bind sources, destinations, the workdir and hides
-(issue 12 items 2 and 3).
+(docs/ARCHITECTURE.md, invariant 10).
 
 The attack: an earlier sandboxed command (or anyone with write access to a bound
 directory) plants ``sub -> /oldroot`` (the setup view has the host root there),

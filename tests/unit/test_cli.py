@@ -14,9 +14,9 @@ from pysandbox.status import Status
 
 DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--ro", "--hide", "--tmpfs",
               "--chdir", "--setenv", "--unsetenv", "--clearenv", "--share-session", "--pass-fd", "--timeout",
-              # additions beyond the original command line (issue 7's authority switches), documented in README.md
+              # additions beyond the original command line (the authority switches), documented in README.md
               "--keep-authority-sockets", "--strict-unix",
-              # issue 12 (items 6 and 12): io_uring opt-in, environment allow-list
+              # the io_uring opt-in, environment allow-list
               "--allow-io-uring", "--keep-env")
 DESIGN_STATUS = ("--backend", "--network", "--json")
 

@@ -1,4 +1,4 @@
-"""Bad input never crashes and never launches (issue 8). No sandbox is started here.
+"""Bad input never crashes and never launches (docs/ARCHITECTURE.md, invariant 1). No sandbox is started here.
 
 Hypothesis feeds arbitrary values to the Policy constructor, the filesystem
 operations, ``Policy.default``, ``plan.compile``, the ``pysandbox`` command line and

@@ -203,7 +203,7 @@ def test_namespace_fds_may_also_be_passed():
     assert (p.userns_fd, p.pidns_fd, p.userns2_fd) == (5, 6, 7)
 
 
-# ---------------------------------------------------------------- issue 12: items 6, 11, 12
+# ---------------------------------------------------------------- io_uring, environment allow-list, workdir breadth (THREAT_MODEL.md)
 
 def test_env_keep_is_an_allow_list():
     from pysandbox.policy import Env
