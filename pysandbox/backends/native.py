@@ -2,7 +2,7 @@
 
 Per plan (once, cached): :mod:`.native_translate` turns the Plan into a flat op array
 (:mod:`.native_ops`), given the host facts of :mod:`.native_host`. Per launch only argv,
-envp and stdio are filled in. The C child (``native/psb.c``) walks the array after
+envp and stdio are filled in. The C child (``native/psb_child.c``) walks the array after
 ``clone``: no Python, no malloc. A failed step sends ``{stage, op index, errno}``
 through a close-on-exec pipe; :mod:`.native_errors` maps it, in one table, to the typed
 error naming the plan step and the path. EOF on the pipe means the command was

@@ -4,7 +4,7 @@ Each plan op (:mod:`pysandbox.ops`) has one function in :data:`_EMIT` that appen
 :class:`~.native_ops.COp` records; every path is already absolute in the setup view
 (sources under ``/oldroot``, destinations under ``/newroot``) and every multi-step
 kernel action (minimal /dev, /proc with its read-only re-binds) is expanded into
-primitive ops, so the C side (``native/psb.c``) stays a small switch. Pure: the host
+primitive ops, so the C side (``native/psb_ops.c``) stays a small switch. Pure: the host
 facts come in as a :class:`~.native_host.HostView`.
 """
 

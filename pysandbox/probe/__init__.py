@@ -8,7 +8,9 @@
   bounded in time, with nothing but stdio inherited;
 - :func:`backend_down`: the status of a backend that cannot run here at all.
 
-What a plan or each capability does through bwrap is probed in ``probe/bwrap.py``.
+What a plan or each capability does through bwrap is probed in ``probe/bwrap.py``, the
+native backend's capabilities in ``probe/native.py``, and the host files pybwrap decides
+on are read in ``probe/host.py``; ``pysandbox/status.py`` is the only aggregator.
 Nothing here changes the host: probes run in children that exit at once.
 """
 
