@@ -19,9 +19,10 @@ import os
 from ..backends.base import CapabilityStatus
 from ..backends.bwrap_render import DataFds, caller_fds, check_expressible, flatten, nul_joined, options_used, render
 from ..errors import BwrapOptionUnsupported, Reason, error_for
+from ..execpath import DEFAULT_PATH
 from . import BwrapInfo, ProbeResult, run_probe
 
-PROBE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PROBE_PATH = DEFAULT_PATH   # a probe runs with execvp's default PATH, nothing of the caller's
 
 _USERNS_MARKERS = ("no permissions to creating new namespace", "setting up uid map", "setting up gid map",
                    "uid_map", "gid_map", "user namespace", "creating new namespace failed",
