@@ -208,3 +208,38 @@ def test_text_mode_is_refused(wd):
             await aio.create_subprocess_exec("true", policy=_policy(wd), text=True)
 
     asyncio.run(main())
+
+
+def test_process_takes_its_exit_from_any_future():
+    """The interface a session command uses: streams from files, the end from a future
+    someone else resolves; Process itself never reaps."""
+    class Launched:
+        pid, args = 4242, ["remote"]
+        signals = []
+
+        def __init__(self):
+            out_r, self.out_w = os.pipe()
+            self.stdout = open(out_r, "rb", buffering=0)
+            self.stdin = self.stderr = None
+
+        def send_signal(self, sig):
+            self.signals.append(sig)
+
+        def kill(self):
+            self.send_signal(signal.SIGKILL)
+
+    async def main():
+        launched = Launched()
+        exit = asyncio.get_running_loop().create_future()
+        proc = await aio.attach(launched, exit)
+        proc.terminate()
+        os.write(launched.out_w, b"from the channel")
+        os.close(launched.out_w)
+        asyncio.get_running_loop().call_later(0.01, exit.set_result, -15)
+        out, err = await proc.communicate()
+        proc.kill()   # after the end: not delivered
+        return proc, out, err, launched.signals
+
+    proc, out, err, signals = asyncio.run(main())
+    assert (out, err, proc.returncode, proc.pid) == (b"from the channel", None, -15, 4242)
+    assert signals == [signal.SIGTERM]
