@@ -363,9 +363,14 @@ static int find(unsigned int id)
     return -1;
 }
 
-/* The server's children that are not live keepers: orphans of a keeper that died. */
+/* The server's children that are not live keepers: orphans of a keeper that died.
+ * Swept when a keeper dies before its report, and then before every command until a
+ * sweep finds none (an orphan's own children reach the server only when it dies). */
+static int dirty;
+
 static void sweep(void)
 {
+    int killed = 0;
     static long kids[4096];
     int n = read_pids("/proc/1/task/1/children", kids, 4096);
     for (int i = 0; i < n; i++) {
@@ -373,8 +378,9 @@ static void sweep(void)
         for (int k = 0; k < MAX_CMDS; k++)
             known |= cmds[k].rep >= 0 && cmds[k].keeper == kids[i];
         if (!known)
-            sys6(NR_KILL, kids[i], SIGKILL, 0, 0, 0, 0);
+            sys6(NR_KILL, kids[i], SIGKILL, 0, 0, 0, 0), killed = 1;
     }
+    dirty = killed;
 }
 
 static void spawn(const unsigned int *h, long *fds, int nfds)
@@ -415,7 +421,8 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
         put_event(chan, E_FAILED, id, (unsigned int)-pe, 3);
         return;
     }
-    sweep();
+    if (dirty)
+        sweep();
     long k = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (k == 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
@@ -500,7 +507,12 @@ static void report(int k)
                   cmds[k].pid ? 0 : 5);
     sys6(NR_CLOSE, cmds[k].rep, 0, 0, 0, 0, 0);
     cmds[k].rep = -1;
-    sweep();
+    if (!cmds[k].exited) {
+        /* Its pipe closes before its children are reparented to us: sweep now, and
+         * again after each reaping until a sweep finds nobody. */
+        sweep();
+        dirty = 1;
+    }
 }
 
 void __attribute__((noreturn, used)) psb_session_main(long *sp)
@@ -551,9 +563,11 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
             char info[128 * 8];
             while (sys6(NR_READ, sfd, (long)info, sizeof info, 0, 0, 0) > 0)
                 ;
-            int st;
+            int st, reaped = 0;
             while (sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0) > 0)
-                ;
+                reaped = 1;
+            if (reaped && dirty)
+                sweep();
         }
         if (pfds[0].revents)
             frame();
