@@ -74,9 +74,10 @@ _BY_EXIT = {101: IS_DIRECTORY, 102: FILE_NOT_FOUND}
 # The end of an error message (after its last ": ") -> the Deep Agents literal.
 _BY_MESSAGE = (
     (("Permission denied", "Read-only file system", "Operation not permitted"), PERMISSION_DENIED),
-    (("No such file or directory", "Directory nonexistent", "Not a directory"), FILE_NOT_FOUND),
+    (("No such file or directory", "Directory nonexistent"), FILE_NOT_FOUND),
     (("Is a directory",), IS_DIRECTORY),
-    (("File name too long", "Invalid argument"), INVALID_PATH),
+    # a parent that is not a directory (mkdir -p says "File exists"): no file can be there
+    (("Not a directory", "File exists", "File name too long", "Invalid argument"), INVALID_PATH),
 )
 
 
@@ -211,8 +212,9 @@ class PysandboxSandbox(BaseSandbox):
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         """Write each ``(path, content)`` in the sandbox, creating missing parent
         directories, in order; one response each. A relative path is ``invalid_path``
-        (nothing runs); a directory ``is_directory``; a place the sandbox cannot write
-        (read-only, or through a symlink leading there) ``permission_denied``.
+        (nothing runs), and so is a path below a file; a directory ``is_directory``; a
+        place the sandbox cannot write (read-only, or through a symlink leading there)
+        ``permission_denied``.
 
         Raises:
             SessionError: the sandbox is closed or was lost.
