@@ -49,7 +49,7 @@ def install() -> None:
     import sys
     import types
 
-    if importlib.util.find_spec("pysandbox.session") is not None:
+    if "pysandbox.session" in sys.modules or importlib.util.find_spec("pysandbox.session") is not None:
         return
     mod = types.ModuleType("pysandbox.session")
     mod.Sandbox = StandInSandbox
