@@ -191,7 +191,7 @@ class PysandboxSandbox(BaseSandbox):
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      timeout=limit or None, env=self._env)
         except subprocess.TimeoutExpired as exc:
-            so_far = _decode(exc.stdout if isinstance(exc.stdout, bytes) else exc.output)
+            so_far = _decode(exc.stdout)
             note = (f"Error: Command timed out after {limit} seconds and was ended. "
                     "For long-running commands, re-run with a larger timeout.")
             return ExecuteResponse(output=f"{so_far}\n{note}" if so_far else note,

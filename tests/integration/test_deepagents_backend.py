@@ -105,6 +105,7 @@ def test_timeout_ends_the_command_and_the_sandbox_goes_on(backend):
         got = sb.execute("echo started; sleep 60 & wait", timeout=1)
         assert got.exit_code == TIMEOUT_EXIT_CODE
         assert "timed out after 1 seconds" in got.output
+        assert got.output.startswith("started\n")   # the output so far is kept
         after = sb.execute("echo still here")
         assert (after.exit_code, after.output) == (0, "still here\n")
 
