@@ -38,6 +38,7 @@ int psb_mount_setattr_works(void);
 int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
 size_t psb_bwrap_init_blob(const unsigned char **data);
+size_t psb_session_blob(const unsigned char **data);
 """
 
 
@@ -116,6 +117,20 @@ size_t psb_bwrap_init_blob(const unsigned char **data)
 }
 """
 
+# The session server (native/psb_session.c): carried like the bwrap init; a session's
+# sandbox runs it as its pid 1 from a memfd (pysandbox/session.py).
+SESSION_SRC = os.path.join("native", "psb_session.c")
+SESSION_BLOB = os.path.join("native", "_psb_session_blob.h")
+compile_blob(SESSION_SRC, SESSION_BLOB, "psb_session_blob")
+SESSION_ACCESSOR = """
+#include "_psb_session_blob.h"
+size_t psb_session_blob(const unsigned char **data)
+{
+    *data = psb_session_blob_data;
+    return (size_t)psb_session_blob_len;
+}
+"""
+
 # The executor's C files (psb_internal.h declares what they share).
 SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_child", "psb_spawn", "psb_probe")
 
@@ -123,12 +138,12 @@ ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "pysandbox._native",
-    '#include "psb.h"\n' + BWRAP_INIT_ACCESSOR,
+    '#include "psb.h"\n' + BWRAP_INIT_ACCESSOR + SESSION_ACCESSOR,
     sources=[f"native/{name}.c" for name in SOURCES],
     include_dirs=["native"],
     depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
              "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h",
-             "native/psb_pid1.h"],
+             "native/psb_pid1.h", "native/psb_session.c", "native/_psb_session_blob.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
 )
 

@@ -11,11 +11,15 @@ CPython release changes it:
   errwrite, ...)``: its first 16 parameters (stable since Python 3.2);
 - ``Popen._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)``;
 - ``Popen._handle_exitstatus(sts)`` turning a wait status into ``returncode``;
-- the attributes ``pid`` and ``_child_created``.
+- the attributes ``pid`` and ``_child_created``;
+- for :class:`RemotePopen` (a child that is not ours to ``waitpid``: a session's
+  command): ``Popen._internal_poll(_deadstate=None, ...)`` and ``Popen._wait(timeout)``,
+  which it replaces, as ``poll``/``wait``/``communicate``/``__del__`` call them.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 # The leading parameters of Popen._execute_child this adapter is written against.
@@ -23,6 +27,8 @@ EXECUTE_CHILD_PARAMS = ("self", "args", "executable", "preexec_fn", "close_fds",
                         "env", "startupinfo", "creationflags", "shell", "p2cread", "p2cwrite",
                         "c2pread", "c2pwrite", "errread", "errwrite")
 CLOSE_PIPE_FDS_PARAMS = ("self", "p2cread", "p2cwrite", "c2pread", "c2pwrite", "errread", "errwrite")
+WAIT_PARAMS = ("self", "timeout")
+INTERNAL_POLL_FIRST = ("self", "_deadstate")
 
 
 class BackendPopen(subprocess.Popen):
@@ -56,3 +62,37 @@ class BackendPopen(subprocess.Popen):
             return super()._handle_exitstatus(sts)
         self.returncode = child.returncode(sts)
         child.close()
+
+
+class RemotePopen(BackendPopen):
+    """A BackendPopen whose child is not a process of ours: its exit is learnt from the
+    child object, not ``waitpid``. The child (from ``_start_child``) also has
+    ``wait_status(timeout) -> raw wait status or None`` (None: not yet; timeout 0 polls,
+    None blocks) and ``signal(sig)``; ``pid`` is whatever it names the command by."""
+
+    def _internal_poll(self, _deadstate=None, *_a, **_k):
+        if self.returncode is None and self._child is not None:
+            status = self._child.wait_status(0)
+            if status is not None:
+                self._handle_exitstatus(status)
+        return self.returncode
+
+    def _wait(self, timeout):
+        if self.returncode is not None:
+            return self.returncode
+        status = self._child.wait_status(timeout)
+        if status is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        self._handle_exitstatus(status)
+        return self.returncode
+
+    def send_signal(self, sig):
+        """``sig`` to the command; SIGKILL ends the command and every descendant."""
+        if self.returncode is None and self._child is not None:
+            self._child.signal(int(sig))
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)

@@ -5,6 +5,7 @@ SandboxError
 ├─ BackendUnavailable(RuntimeError)    BwrapNotFound, SetuidRejected, NativeModuleMissing,
 │                                      BwrapOptionUnsupported, BwrapProbeFailed
 ├─ CapabilityUnavailable(OSError)      UserNamespaceUnavailable, NetworkNamespaceUnavailable, ...
+├─ SessionError(RuntimeError)          a session cannot start, is closed or was lost
 └─ SetupError(OSError)                 .stage .op .errno .filename
 
 Tests assert on ``.reason``, never on the message text.
@@ -50,6 +51,9 @@ class Reason(str, enum.Enum):
     INVALID_VALUE = "invalid_value"
     CONFLICTING_OPTIONS = "conflicting_options"
     BWRAP_ARGUMENT_INVALID = "bwrap_argument_invalid"
+    SESSION_UNAVAILABLE = "session_unavailable"
+    SESSION_CLOSED = "session_closed"
+    SESSION_LOST = "session_lost"
 
     def __str__(self) -> str:  # so f"{reason}" prints the code
         return self.value
@@ -128,6 +132,12 @@ class NetworkNamespaceUnavailable(CapabilityUnavailable):
 
 class NetworkModeUnsupported(CapabilityUnavailable):
     default_reason = Reason.NETWORK_MODE_UNSUPPORTED
+
+
+class SessionError(SandboxError, RuntimeError):
+    """A session (pysandbox/session.py) cannot start, is closed, or was lost."""
+
+    default_reason = Reason.SESSION_LOST
 
 
 class SetupError(SandboxError, OSError):

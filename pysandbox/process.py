@@ -176,6 +176,15 @@ def run(args, *, policy: Policy | None = None, backend: str = "auto", input=None
         PolicyError, BackendUnavailable, CapabilityUnavailable, SetupError,
         FileNotFoundError, PermissionError: as :class:`SandboxProcess`.
     """
+    return run_process(lambda **kw: SandboxProcess(args, policy=policy, backend=backend, **kw), input=input,
+                       capture_output=capture_output, timeout=timeout, check=check, kill_grace=kill_grace,
+                       kwargs=kwargs)
+
+
+def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill_grace: float,
+                kwargs: dict) -> CompletedProcess:
+    """:func:`subprocess.run`'s flow over ``make(**popen_kwargs)`` (a SandboxProcess or a
+    session's command): input, capture, timeout (:func:`lifecycle.stop`), check."""
     if input is not None:
         if kwargs.get("stdin") is not None:
             raise ValueError("stdin and input arguments may not both be used.")
@@ -185,7 +194,7 @@ def run(args, *, policy: Policy | None = None, backend: str = "auto", input=None
             raise ValueError("stdout and stderr arguments may not be used with capture_output.")
         kwargs["stdout"] = PIPE
         kwargs["stderr"] = PIPE
-    with SandboxProcess(args, policy=policy, backend=backend, **kwargs) as proc:
+    with make(**kwargs) as proc:
         try:
             stdout, stderr = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired as exc:

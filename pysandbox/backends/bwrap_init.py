@@ -15,16 +15,15 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import select
 import stat
 import sys
-import threading
 import time
 
 from .. import plan as P
 from ..errors import BackendUnavailable, Reason, SetupError
+from ..memfd import ProgramUnavailable, program_fd
 from ..policy import CAPABILITIES
 from ._bwrap_pyinit import SOURCE
 from .bwrap_render import init_mode, join_path, proc_in_sandbox
@@ -158,59 +157,19 @@ def init_program(plan: P.Plan) -> int | None:
     return fd
 
 
-_init_lock = threading.Lock()
-_init_fd: int | None = None
-
-
 def init_memfd() -> int:
     """An O_PATH descriptor of a sealed, execute-only memfd holding our init (made once
-    per process). Execute-only: exec of a file its process cannot read leaves it
-    undumpable from the first instruction.
+    per process, by pysandbox/memfd.py).
 
     Raises:
         BackendUnavailable (bwrap_init_unavailable): the native module (which carries
             the init) is missing or was built without it, or memfds cannot be made.
     """
-    global _init_fd
-    with _init_lock:
-        if _init_fd is not None:
-            return _init_fd
-        try:
-            # here, not at the top: the native module is optional (ImportError is an answer)
-            from .. import _native
-            ptr = _native.ffi.new("const unsigned char **")
-            size = _native.lib.psb_bwrap_init_blob(ptr)
-            blob = bytes(_native.ffi.buffer(ptr[0], size))
-        except (ImportError, AttributeError) as exc:
-            raise BackendUnavailable(
-                f"the bwrap backend's init is carried by the native module, which is missing ({exc}); "
-                f"rebuild it (pip install -e .) or use as_pid_1=True", Reason.BWRAP_INIT_UNAVAILABLE) from None
-        if not blob:
-            raise BackendUnavailable("the native module was built without the bwrap init (no C compiler "
-                                     "for native/psb_bwrap_init.c)", Reason.BWRAP_INIT_UNAVAILABLE)
-        try:
-            try:
-                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | 0x0010)  # MFD_EXEC
-            except OSError:
-                fd = os.memfd_create("psb-bwrap-init", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-            try:
-                view = memoryview(blob)
-                while view:
-                    view = view[os.write(fd, view):]
-                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-                            | fcntl.F_SEAL_SEAL)
-                os.fchmod(fd, 0o111)
-                # Keep an O_PATH descriptor, not the writable one (exec would be ETXTBSY).
-                pfd = os.open(f"/proc/self/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot make the bwrap init's memfd: {exc}",
-                                     Reason.BWRAP_INIT_UNAVAILABLE) from None
-        while pfd < 3:   # never shadow a stdio slot in bwrap
-            pfd = os.dup(pfd)   # the low one stays open; harmless
-        _init_fd = pfd
-        return pfd
+    try:
+        return program_fd("psb-bwrap-init", "psb_bwrap_init_blob")
+    except ProgramUnavailable as exc:
+        raise BackendUnavailable(f"the bwrap backend's init: {exc}; or use as_pid_1=True",
+                                 Reason.BWRAP_INIT_UNAVAILABLE) from None
 
 
 # Words on our init's status pipe (native/psb_bwrap_init.c).

@@ -1,0 +1,556 @@
+/* The session server: a freestanding static program (no libc) that a session's sandbox
+ * runs as its pid 1, on both backends, after the sandbox's whole setup (capabilities
+ * dropped, no_new_privs, seccomp): it holds no more privilege than the commands it
+ * starts. build_native.py embeds it in pysandbox._native; pysandbox/session.py puts it in
+ * a sealed, execute-only memfd (exec of an unreadable file: undumpable from the first
+ * instruction) and launches it through /proc/self/fd/N.
+ *
+ * argv: psb-session CHANNEL_FD SELF_FD. CHANNEL_FD is the server's end of a unix stream
+ * socketpair with the launcher, the only descriptor it keeps (close-on-exec; SELF_FD,
+ * the memfd, is closed). The protocol (pysandbox/session_proto.py is the other side):
+ *
+ *   launcher -> server: a frame of 8 little-endian u32 words
+ *     MAGIC TYPE ID A B C D PAYLOAD_LEN, then PAYLOAD_LEN bytes; descriptors ride as
+ *     SCM_RIGHTS on the frame's first bytes (received close-on-exec)
+ *     SPAWN  (1): A candidates, B argv strings, C env strings, D descriptors;
+ *                 payload: D u32 target numbers, then NUL-terminated strings:
+ *                 cwd, the exec candidates, argv, env
+ *     SIGNAL (2): A the signal, sent to the command's process
+ *   server -> launcher: events of 4 u32 words TYPE ID A B
+ *     READY (0x10); STARTED (0x11, A = the command's pid in the sandbox);
+ *     FAILED (0x12, A = errno, B = step: 1 chdir, 2 exec, 3 fork, 4 descriptors);
+ *     EXITED (0x13, A = raw wait status); ERROR (0x14, A = code) and the server exits.
+ *
+ * Signals for a command go through its keeper (SIG_RELAY), which alone can know the
+ * command is not yet reaped.
+ *
+ * Per command: the server forks a keeper, a child subreaper that dies with the server;
+ * the keeper forks the command (new session, die-with-keeper, the frame's descriptors
+ * on their targets and nothing else, signals unblocked, chdir, exec of the candidates
+ * in order, as execvp). When the command ends, the keeper SIGKILLs every process left
+ * in its subtree (orphans reparent to it, setsid or not), reaps them, and only then
+ * reports EXITED: a command's background processes end with it. A keeper that dies
+ * early (a command can signal it) is reported as SIGKILL, and the server, pid 1, kills
+ * every child of its own that is not a live keeper (the orphans it inherited).
+ * EOF on the channel: the server exits, and the kernel kills the whole namespace. */
+
+#if defined(__x86_64__)
+#include "psb_freestanding.h"
+PSB_START(psb_session_main);
+
+#define NR_READ 0
+#define NR_WRITE 1
+#define NR_OPEN 2
+#define NR_CLOSE 3
+#define NR_POLL 7
+#define NR_RT_SIGPROCMASK 14
+#define NR_RT_SIGTIMEDWAIT 128
+#define NR_RT_SIGQUEUEINFO 129
+#define NR_DUP2 33
+#define NR_GETPID 39
+#define NR_RECVMSG 47
+#define NR_FORK 57
+#define NR_EXECVE 59
+#define NR_EXIT 60
+#define NR_WAIT4 61
+#define NR_KILL 62
+#define NR_FCNTL 72
+#define NR_CHDIR 80
+#define NR_SETSID 112
+#define NR_PRCTL 157
+#define NR_EXIT_GROUP 231
+#define NR_SIGNALFD4 289
+#define NR_PIPE2 293
+#define NR_CLOSE_RANGE 436
+#else
+#error "psb_session: unsupported architecture"
+#endif
+
+#define SIGKILL 9
+#define SIGCHLD 17
+#define SIG_RELAY 40   /* server -> keeper: "send the command si_int" (rt: queued, with a value) */
+#define PR_SET_PDEATHSIG 1
+#define PR_SET_DUMPABLE 4
+#define PR_SET_CHILD_SUBREAPER 36
+#define F_DUPFD_CLOEXEC 1030
+#define F_SETFD 2
+#define FD_CLOEXEC 1
+#define O_CLOEXEC 02000000
+#define O_NONBLOCK 04000
+#define POLLIN 1
+#define WNOHANG 1
+#define EINTR 4
+#define EAGAIN 11
+#define EACCES 13
+#define ENOENT 2
+#define ENOTDIR 20
+#define ECHILD 10
+#define MSG_CMSG_CLOEXEC 0x40000000
+
+#define MAGIC 0x50534253u
+#define T_SPAWN 1
+#define T_SIGNAL 2
+#define E_READY 0x10
+#define E_STARTED 0x11
+#define E_FAILED 0x12
+#define E_EXITED 0x13
+#define E_ERROR 0x14
+
+#define MAX_CMDS 256
+#define MAX_FDS 64
+#define MAX_PAYLOAD (8u << 20)
+#define MAX_STRINGS 65536
+#define HIGH_FD 900   /* received descriptors are moved above every target first */
+
+struct iovec { void *base; unsigned long len; };
+struct msghdr {
+    void *name; unsigned int namelen; struct iovec *iov; unsigned long iovlen;
+    void *control; unsigned long controllen; int flags;
+};
+struct cmsghdr { unsigned long len; int level, type; };
+struct pollfd { int fd; short events, revents; };
+
+struct cmd { unsigned int id; long keeper, pid; int rep; int exited; };
+
+static struct cmd cmds[MAX_CMDS];
+static struct pollfd pfds[MAX_CMDS + 2];
+static char payload[MAX_PAYLOAD + 1];
+static char *strs[MAX_STRINGS + 3];
+static long chan = -1;
+
+static void __attribute__((noreturn)) quit(int code)
+{
+    for (;;)
+        sys6(NR_EXIT_GROUP, code, 0, 0, 0, 0, 0);
+}
+
+static long parse(const char *s)
+{
+    long v = 0;
+    if (s == 0 || *s == 0)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        v = v * 10 + (*s - '0');
+    }
+    return v;
+}
+
+static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
+{
+    unsigned int ev[4] = { type, id, a, b };
+    const char *p = (const char *)ev;
+    long left = sizeof ev;
+    while (left > 0) {
+        long r = sys6(NR_WRITE, fd, (long)p, left, 0, 0, 0);
+        if (r == -EINTR)
+            continue;
+        if (r <= 0)
+            quit(0);   /* the launcher is gone: exiting ends the namespace */
+        p += r, left -= r;
+    }
+}
+
+static int read_full(long fd, char *p, unsigned long n)
+{
+    while (n > 0) {
+        long r = sys6(NR_READ, fd, (long)p, (long)n, 0, 0, 0);
+        if (r == -EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        p += r, n -= (unsigned long)r;
+    }
+    return 0;
+}
+
+/* "12 34 " -> the pids, up to max; the count. */
+static int read_pids(const char *path, long *out, int max)
+{
+    char buf[4096];
+    long fd = sys6(NR_OPEN, (long)path, O_CLOEXEC, 0, 0, 0, 0);
+    if (fd < 0)
+        return -1;
+    long got = 0, r;
+    while (got < (long)sizeof buf - 1 && (r = sys6(NR_READ, fd, (long)(buf + got), (long)sizeof buf - 1 - got,
+                                                   0, 0, 0)) > 0)
+        got += r;
+    sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
+    int n = 0;
+    long v = -1;
+    for (long i = 0; i < got && n < max; i++) {
+        if (buf[i] >= '0' && buf[i] <= '9')
+            v = (v < 0 ? 0 : v * 10) + (buf[i] - '0');
+        else if (v >= 0)
+            out[n++] = v, v = -1;
+    }
+    return n;
+}
+
+static void children_path(char *out, long pid)
+{
+    /* /proc/PID/task/PID/children */
+    char digits[24];
+    int nd = 0;
+    do
+        digits[nd++] = (char)('0' + pid % 10), pid /= 10;
+    while (pid > 0);
+    const char *a = "/proc/", *b = "/task/", *c = "/children";
+    char *o = out;
+    while (*a)
+        *o++ = *a++;
+    for (int k = nd - 1; k >= 0; k--)
+        *o++ = digits[k];
+    while (*b)
+        *o++ = *b++;
+    for (int k = nd - 1; k >= 0; k--)
+        *o++ = digits[k];
+    while (*c)
+        *o++ = *c++;
+    *o = 0;
+}
+
+/* SIGKILL every process below `self`, each before its own children are read (a
+ * process with a SIGKILL pending can fork no more). Processes reparented to `self`
+ * while this runs are found by the caller's next round. */
+static void kill_subtree(long self)
+{
+    static long stack[8192];
+    char path[96];
+    children_path(path, self);
+    int n = read_pids(path, stack, 8192);
+    while (n > 0) {
+        long pid = stack[--n];
+        sys6(NR_KILL, pid, SIGKILL, 0, 0, 0, 0);
+        children_path(path, pid);
+        int more = read_pids(path, stack + n, 8192 - n);
+        if (more > 0)
+            n += more;
+    }
+}
+
+static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int nargv, int nfds,
+                                             const unsigned int *targets, long *fds, long errw)
+{
+    unsigned long none = 0;
+    sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
+    sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    /* Every received descriptor above every target, then onto its target; then nothing
+     * else stays open (the error pipe is close-on-exec). */
+    long maxt = 2;
+    for (int k = 0; k < nfds; k++) {
+        long hi = sys6(NR_FCNTL, fds[k], F_DUPFD_CLOEXEC, HIGH_FD + k, 0, 0, 0);
+        if (hi < 0)
+            goto bad_fds;
+        fds[k] = hi;
+        if ((long)targets[k] > maxt)
+            maxt = targets[k];
+    }
+    if (errw < HIGH_FD + MAX_FDS) {
+        long e2 = sys6(NR_FCNTL, errw, F_DUPFD_CLOEXEC, HIGH_FD + MAX_FDS, 0, 0, 0);
+        if (e2 < 0)
+            goto bad_fds;
+        errw = e2;
+    }
+    for (int k = 0; k < nfds; k++)
+        if (sys6(NR_DUP2, fds[k], targets[k], 0, 0, 0, 0) < 0)
+            goto bad_fds;
+    for (long fd = 0; fd <= maxt; fd++) {
+        int keep = 0;
+        for (int k = 0; k < nfds; k++)
+            keep |= (long)targets[k] == fd;
+        if (!keep)
+            sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
+    }
+    sys6(NR_CLOSE_RANGE, maxt + 1, errw - 1, 0, 0, 0, 0);
+    sys6(NR_CLOSE_RANGE, errw + 1, ~0U, 0, 0, 0, 0);
+    sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&none, 0, 8, 0, 0);
+    long r = sys6(NR_CHDIR, (long)strs[0], 0, 0, 0, 0, 0);
+    unsigned int rec[2];
+    if (r < 0) {
+        rec[0] = (unsigned int)-r, rec[1] = 1;
+    } else {
+        char **argv = strs + 1 + ncand, **envp = strs + 1 + ncand + nargv + 1;
+        long err = ENOENT, seen_eacces = 0;
+        for (unsigned int k = 0; k < ncand; k++) {
+            err = -sys6(NR_EXECVE, (long)strs[1 + k], (long)argv, (long)envp, 0, 0, 0);
+            if (err == EACCES)
+                seen_eacces = 1;
+            else if (err != ENOENT && err != ENOTDIR)
+                break;
+        }
+        rec[0] = (unsigned int)(seen_eacces && (err == ENOENT || err == ENOTDIR) ? EACCES : err), rec[1] = 2;
+    }
+    sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
+    for (;;)
+        sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+bad_fds:
+    rec[0] = 9 /* EBADF */, rec[1] = 4;
+    sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
+    for (;;)
+        sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+}
+
+static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned int ncand, unsigned int nargv,
+                                            int nfds, const unsigned int *targets, long *fds)
+{
+    sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    sys6(NR_PRCTL, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0, 0);
+    long self = sys6(NR_GETPID, 0, 0, 0, 0, 0, 0);
+    int ep[2];
+    if (sys6(NR_PIPE2, (long)ep, O_CLOEXEC, 0, 0, 0, 0) < 0) {
+        put_event(rep, E_FAILED, id, EAGAIN, 3);
+        quit(0);
+    }
+    long pid = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
+    if (pid == 0) {
+        sys6(NR_CLOSE, rep, 0, 0, 0, 0, 0);
+        sys6(NR_CLOSE, ep[0], 0, 0, 0, 0, 0);
+        command(ncand, nargv, nfds, targets, fds, ep[1]);
+    }
+    for (int k = 0; k < nfds; k++)
+        sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
+    sys6(NR_CLOSE, ep[1], 0, 0, 0, 0, 0);
+    if (pid < 0) {
+        put_event(rep, E_FAILED, id, (unsigned int)-pid, 3);
+        quit(0);
+    }
+    unsigned int rec[2];
+    int failed = read_full(ep[0], (char *)rec, sizeof rec) == 0;
+    sys6(NR_CLOSE, ep[0], 0, 0, 0, 0, 0);
+    int st = 0, cst = 0;
+    if (failed) {
+        sys6(NR_WAIT4, pid, (long)&st, 0, 0, 0, 0);
+        put_event(rep, E_FAILED, id, rec[0], rec[1]);
+        quit(0);
+    }
+    put_event(rep, E_STARTED, id, (unsigned int)pid, 0);
+    /* Until the command is reaped its pid cannot be reused, so only the keeper signals
+     * it: the server relays a signal as SIG_RELAY with the number in si_int. */
+    unsigned long set = (1UL << (SIGCHLD - 1)) | (1UL << (SIG_RELAY - 1));
+    for (int alive = 1; alive;) {
+        long r;
+        while ((r = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0)
+            if (r == pid)
+                cst = st, alive = 0;
+        if (r == -ECHILD)
+            alive = 0;
+        if (!alive)
+            break;
+        int info[32];
+        long sig = sys6(NR_RT_SIGTIMEDWAIT, (long)&set, (long)info, 0, 8, 0, 0);
+        if (sig == SIG_RELAY && info[6] > 0 && info[6] < 65)
+            sys6(NR_KILL, pid, info[6], 0, 0, 0, 0);
+    }
+    /* The command is gone: so is everything it left behind. */
+    for (;;) {
+        kill_subtree(self);
+        long r = sys6(NR_WAIT4, -1, (long)&st, 0, 0, 0, 0);
+        if (r == -ECHILD)
+            break;
+    }
+    put_event(rep, E_EXITED, id, (unsigned int)cst, 0);
+    quit(0);
+}
+
+static int find(unsigned int id)
+{
+    for (int k = 0; k < MAX_CMDS; k++)
+        if (cmds[k].rep >= 0 && cmds[k].id == id)
+            return k;
+    return -1;
+}
+
+/* The server's children that are not live keepers: orphans of a keeper that died. */
+static void sweep(void)
+{
+    static long kids[4096];
+    int n = read_pids("/proc/1/task/1/children", kids, 4096);
+    for (int i = 0; i < n; i++) {
+        int known = 0;
+        for (int k = 0; k < MAX_CMDS; k++)
+            known |= cmds[k].rep >= 0 && cmds[k].keeper == kids[i];
+        if (!known)
+            sys6(NR_KILL, kids[i], SIGKILL, 0, 0, 0, 0);
+    }
+}
+
+static void spawn(const unsigned int *h, long *fds, int nfds)
+{
+    unsigned int id = h[2], ncand = h[3], nargv = h[4], nenv = h[5];
+    unsigned int len = h[7];
+    unsigned int *targets = (unsigned int *)payload;
+    unsigned long off = (unsigned long)nfds * 4;
+    unsigned int want = 1 + ncand + nargv + nenv, got = 0;
+    int slot = -1;
+    for (int k = 0; k < MAX_CMDS && slot < 0; k++)
+        if (cmds[k].rep < 0)
+            slot = k;
+    if (h[6] != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
+        put_event(chan, E_FAILED, id, 22 /* EINVAL */, 4);
+        return;
+    }
+    payload[len] = 0;
+    for (unsigned long p = off; p < len && got < want; got++) {
+        strs[got + (got >= 1 + ncand + nargv)] = payload + p;   /* argv's NULL sits between */
+        while (p < len && payload[p])
+            p++;
+        p++;
+    }
+    if (got != want) {
+        put_event(chan, E_FAILED, id, 22, 4);
+        return;
+    }
+    strs[1 + ncand + nargv] = 0;
+    strs[1 + ncand + nargv + 1 + nenv] = 0;
+    if (slot < 0) {
+        put_event(chan, E_FAILED, id, EAGAIN, 3);
+        return;
+    }
+    int rp[2];
+    if (sys6(NR_PIPE2, (long)rp, O_CLOEXEC | O_NONBLOCK, 0, 0, 0, 0) < 0) {
+        put_event(chan, E_FAILED, id, EAGAIN, 3);
+        return;
+    }
+    sweep();
+    long k = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
+    if (k == 0) {
+        sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
+        sys6(NR_CLOSE, chan, 0, 0, 0, 0, 0);
+        for (int j = 0; j < MAX_CMDS + 2; j++)
+            if (pfds[j].fd > 2)
+                sys6(NR_CLOSE, pfds[j].fd, 0, 0, 0, 0, 0);
+        keeper(id, rp[1], ncand, nargv, nfds, targets, fds);
+    }
+    sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
+    if (k < 0) {
+        sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
+        put_event(chan, E_FAILED, id, (unsigned int)-k, 3);
+        return;
+    }
+    cmds[slot] = (struct cmd){ id, k, 0, rp[0], 0 };
+}
+
+static void frame(void)
+{
+    unsigned int h[8];
+    char control[sizeof(struct cmsghdr) + MAX_FDS * 4 + 16];
+    struct iovec iov = { h, sizeof h };
+    struct msghdr m = { 0, 0, &iov, 1, control, sizeof control, 0 };
+    long r = sys6(NR_RECVMSG, chan, (long)&m, MSG_CMSG_CLOEXEC, 0, 0, 0);
+    if (r == -EINTR)
+        return;
+    if (r <= 0)
+        quit(0);   /* EOF: the launcher closed the session */
+    long fds[MAX_FDS];
+    int nfds = 0;
+    struct cmsghdr *c = (struct cmsghdr *)control;
+    if (m.controllen >= sizeof *c && c->level == 1 /* SOL_SOCKET */ && c->type == 1 /* SCM_RIGHTS */) {
+        int *p = (int *)(c + 1);
+        for (unsigned long k = 0; k < (c->len - sizeof *c) / 4 && nfds < MAX_FDS; k++)
+            fds[nfds++] = p[k];
+    }
+    if (r < (long)sizeof h && read_full(chan, (char *)h + r, sizeof h - (unsigned long)r) < 0)
+        quit(0);
+    if (h[0] != MAGIC || h[7] > MAX_PAYLOAD || read_full(chan, payload, h[7]) < 0) {
+        put_event(chan, E_ERROR, h[2], 1, 0);
+        quit(0);
+    }
+    if (h[1] == T_SPAWN) {
+        spawn(h, fds, nfds);
+    } else if (h[1] == T_SIGNAL) {
+        int k = find(h[2]);
+        /* The keeper is not reaped before its report pipe is done with (reports are read
+         * before children are reaped), so its pid is still its own here. */
+        if (k >= 0 && cmds[k].pid > 0 && !cmds[k].exited) {
+            int info[32] = { SIG_RELAY, 0, -1 /* SI_QUEUE */ };
+            info[6] = (int)h[3];
+            sys6(NR_RT_SIGQUEUEINFO, cmds[k].keeper, SIG_RELAY, (long)info, 0, 0, 0);
+        }
+    }
+    for (int k = 0; k < nfds; k++)
+        sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
+}
+
+static void report(int k)
+{
+    unsigned int ev[4];
+    long r;
+    /* Every event there is (the pipe is non-blocking): the keeper may be reaped next. */
+    while ((r = sys6(NR_READ, cmds[k].rep, (long)ev, sizeof ev, 0, 0, 0)) == sizeof ev || r == -EINTR) {
+        if (r == -EINTR)
+            continue;
+        if (ev[0] == E_STARTED)
+            cmds[k].pid = ev[2];
+        if (ev[0] == E_EXITED || ev[0] == E_FAILED)
+            cmds[k].exited = 1;
+        put_event(chan, ev[0], ev[1], ev[2], ev[3]);
+    }
+    if (r == -EAGAIN)
+        return;
+    /* The keeper died before it reported (killed by a command): say SIGKILL. */
+    if (!cmds[k].exited)
+        put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : EAGAIN,
+                  cmds[k].pid ? 0 : 3);
+    sys6(NR_CLOSE, cmds[k].rep, 0, 0, 0, 0, 0);
+    cmds[k].rep = -1;
+    sweep();
+}
+
+void __attribute__((noreturn, used)) psb_session_main(long *sp)
+{
+    long argc = sp[0];
+    char **argv = (char **)(sp + 1);
+    sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
+    sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    if (argc < 3)
+        quit(127);
+    chan = parse(argv[1]);
+    long self_fd = parse(argv[2]);
+    if (chan < 3)
+        quit(127);
+    sys6(NR_FCNTL, chan, F_SETFD, FD_CLOEXEC, 0, 0, 0);
+    if (self_fd >= 3 && self_fd != chan)
+        sys6(NR_CLOSE, self_fd, 0, 0, 0, 0, 0);
+    unsigned long all = ~0UL, chld = 1UL << (SIGCHLD - 1);
+    sys6(NR_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, (long)&all, 0, 8, 0, 0);
+    long sfd = sys6(NR_SIGNALFD4, -1, (long)&chld, 8, O_CLOEXEC | O_NONBLOCK, 0, 0);
+    long probe[1];
+    if (sys6(NR_GETPID, 0, 0, 0, 0, 0, 0) != 1)
+        put_event(chan, E_ERROR, 0, 2, 0), quit(0);
+    if (sfd < 0 || read_pids("/proc/1/task/1/children", probe, 1) < 0)
+        put_event(chan, E_ERROR, 0, 3, 0), quit(0);
+    for (int k = 0; k < MAX_CMDS; k++)
+        cmds[k].rep = -1;
+    put_event(chan, E_READY, 0, 0, 0);
+    for (;;) {
+        int n = 0;
+        pfds[n++] = (struct pollfd){ (int)chan, POLLIN, 0 };
+        pfds[n++] = (struct pollfd){ (int)sfd, POLLIN, 0 };
+        int map[MAX_CMDS];
+        for (int k = 0; k < MAX_CMDS; k++)
+            if (cmds[k].rep >= 0)
+                map[n - 2] = k, pfds[n++] = (struct pollfd){ cmds[k].rep, POLLIN, 0 };
+        for (int j = n; j < MAX_CMDS + 2; j++)
+            pfds[j].fd = -1;
+        long r = sys6(NR_POLL, (long)pfds, n, -1, 0, 0, 0);
+        if (r < 0)
+            continue;
+        /* Reports before reaping: a keeper writes its last event (or closes its pipe, by
+         * dying) before its SIGCHLD, so it is reaped only once its slot is done. */
+        for (int j = 2; j < n; j++)
+            if (pfds[j].revents)
+                report(map[j - 2]);
+        if (pfds[1].revents) {
+            char info[128 * 8];
+            while (sys6(NR_READ, sfd, (long)info, sizeof info, 0, 0, 0) > 0)
+                ;
+            int st;
+            while (sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0) > 0)
+                ;
+        }
+        if (pfds[0].revents)
+            frame();
+    }
+}

@@ -1,0 +1,350 @@
+"""Sessions: one sandbox, many commands, each at about the cost of a plain spawn.
+
+``Sandbox(policy)`` launches the policy's sandbox once, on either backend, with our
+session server (native/psb_session.c) as its pid 1, and keeps a unix socket to it.
+``sb.run`` / ``sb.Popen`` send each command (argv, environment, working directory and
+its descriptors, as SCM_RIGHTS) to the server, which starts it in a new session under
+a keeper process of its own. The server runs after the sandbox's whole setup: it has
+no capability, no_new_privs and the seccomp filters, like every command.
+
+What the commands of one session share, by design: the file system (the workdir, the
+sandbox's private /tmp), the uid, and the namespaces (one pid namespace: they can see
+and signal each other). What they do not: processes. When a command ends, every
+process it left behind (background jobs, setsid'd daemons) is killed before its exit
+is reported, so the next command starts with none of them. A server that must outlive
+a command is a command of its own: ``sb.Popen`` it and keep the handle.
+
+``close()`` (or leaving the ``with``) closes the socket: the server exits and the
+kernel kills every process of the sandbox. The session also dies with the launcher
+(EOF on the socket, and PR_SET_PDEATHSIG). See docs/ARCHITECTURE.md, "Sessions".
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+import uuid
+
+from . import session_proto as W
+from ._popen import RemotePopen
+from .errors import PolicyError, Reason, SessionError
+from .execpath import exec_candidates
+from .lifecycle import KILL_GRACE
+from .memfd import ProgramUnavailable, program_fd
+from .policy import Policy, check_fd
+from .process import SandboxProcess, compiled, run_process
+
+START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
+CLOSE_TIMEOUT = 5.0    # seconds for the sandbox to end once the socket is closed
+
+_REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable", "umask",
+            "process_group", "start_new_session")
+
+
+class _Command:
+    __slots__ = ("pid", "failed", "status")
+
+    def __init__(self):
+        self.pid = None
+        self.failed = None
+        self.status = None
+
+
+class Channel:
+    """The launcher's end of the socket to one server: sends frames, and turns events
+    into per-command state. Any thread that waits reads the socket in turn (one at a
+    time); the others wait on the condition."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.cv = threading.Condition()
+        self.reading = False
+        self.buf = bytearray()
+        self.commands: dict[int, _Command] = {}
+        self.ids = itertools.count(1)
+        self.ready = False
+        self.lost: SessionError | None = None
+        self.send_lock = threading.Lock()
+
+    def send(self, frame: bytes, fds=()) -> None:
+        with self.send_lock:
+            try:
+                sent = socket.send_fds(self.sock, [frame], list(fds)) if fds else 0
+                if sent < len(frame):
+                    self.sock.sendall(frame[sent:])
+            except OSError as exc:
+                raise SessionError(f"the session's server is gone ({exc})", Reason.SESSION_LOST) from None
+
+    def wait_for(self, done, timeout: float | None) -> bool:
+        """Read events until ``done()`` (called under the condition) or ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.cv:
+            while not done():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                if self.lost is not None:
+                    return done()
+                if self.reading:
+                    self.cv.wait(left)
+                    continue
+                self.reading = True
+                self.cv.release()
+                try:
+                    events, lost = self._read(left)
+                finally:
+                    self.cv.acquire()
+                    self.reading = False
+                self._dispatch(events, lost)
+                self.cv.notify_all()
+            return True
+
+    def _read(self, timeout):
+        try:
+            ready, _, _ = select.select([self.sock], [], [], timeout)
+            if not ready:
+                return [], None
+            data = self.sock.recv(65536)
+        except OSError as exc:
+            return [], SessionError(f"the session's socket failed ({exc})", Reason.SESSION_LOST)
+        if not data:
+            return [], SessionError("the session's sandbox ended", Reason.SESSION_LOST)
+        self.buf += data
+        return W.parse_events(self.buf), None
+
+    def _dispatch(self, events, lost):
+        for ev in events:
+            if ev.kind == W.READY:
+                self.ready = True
+                continue
+            if ev.kind == W.ERROR:
+                lost = SessionError(f"the session server stopped: {W.SERVER_ERRORS.get(ev.a, ev.a)}",
+                                    Reason.SESSION_UNAVAILABLE)
+                continue
+            cmd = self.commands.get(ev.id)
+            if cmd is None:
+                continue
+            if ev.kind == W.STARTED:
+                cmd.pid = ev.a
+            elif ev.kind == W.FAILED:
+                cmd.failed = ev
+            elif ev.kind == W.EXITED:
+                cmd.status = ev.a
+                del self.commands[ev.id]
+        if lost is not None and self.lost is None:
+            self.lost = lost
+            for cmd in self.commands.values():   # the sandbox is gone, and they with it
+                if cmd.pid is None and cmd.failed is None:
+                    cmd.failed = W.Event(W.FAILED, 0, 0, 0)
+                cmd.status = signal.SIGKILL
+            self.commands.clear()
+
+
+class _RemoteChild:
+    """A session command, as the Popen adapter sees it."""
+
+    def __init__(self, channel: Channel, cid: int, cmd: _Command):
+        self.channel, self.cid, self.cmd = channel, cid, cmd
+        self.pid = cmd.pid
+
+    def returncode(self, status: int) -> int:
+        return os.waitstatus_to_exitcode(status)
+
+    def wait_status(self, timeout):
+        if self.cmd.status is None:
+            self.channel.wait_for(lambda: self.cmd.status is not None, timeout)
+        return self.cmd.status
+
+    def signal(self, sig: int) -> None:
+        if self.cmd.status is None and self.channel.lost is None:
+            try:
+                self.channel.send(W.signal_frame(self.cid, sig))
+            except SessionError:
+                pass
+
+    def close(self):
+        pass
+
+
+class SessionProcess(RemotePopen):
+    """A command of a session, with the interface of :class:`subprocess.Popen`.
+
+    ``pid`` is the command's pid inside the sandbox. ``send_signal``/``terminate`` reach
+    the command; ``kill()`` ends it and every process it made (setsid'd ones too).
+    ``cwd`` is a path inside the sandbox (default: the policy's working directory).
+
+    Raises:
+        PolicyError: a refused argument (the policy decides users, umask, ...).
+        SessionError: the session is closed or lost.
+        FileNotFoundError, PermissionError, ...: the command or ``cwd`` cannot be used,
+            as subprocess raises them.
+    """
+
+    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), **kwargs):
+        for bad in _REFUSED:
+            if kwargs.get(bad) not in (None, False):
+                raise PolicyError(f"{bad}= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS, bad)
+            kwargs.pop(bad, None)
+        if kwargs.pop("close_fds", True) is not True:
+            raise PolicyError("close_fds= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS,
+                              "close_fds")
+        if isinstance(args, (str, bytes, os.PathLike)):
+            args = [args]
+        argv = [os.fsdecode(a) for a in args]
+        if not argv or not argv[0]:
+            raise PolicyError("empty command", Reason.INVALID_VALUE, args)
+        self.session = session
+        self._cwd = session.sandbox_path(cwd)
+        base = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
+        self._env = session.policy.env.apply(base)
+        self._env["PWD"] = self._cwd
+        self._fds = tuple(sorted(set(session.policy.pass_fds) | {check_fd(fd, "pass_fds entry") for fd in pass_fds}))
+        super().__init__(argv, **kwargs)
+
+    def _start_child(self, argv, stdin, stdout, stderr):
+        return self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
+                                   [0, 1, 2, *self._fds])
+
+    def forward_signal(self, sig) -> None:
+        """As :meth:`pysandbox.SandboxProcess.forward_signal`: ``sig`` to the command."""
+        self.send_signal(sig)
+
+    @property
+    def backend_name(self) -> str:
+        return self.session.backend_name
+
+
+class Sandbox:
+    """A live sandbox that runs many commands; see the module's docstring.
+
+    Raises (from the constructor):
+        PolicyError: invalid policy; a policy without a pid namespace.
+        BackendUnavailable, CapabilityUnavailable, SetupError: as a one-shot launch.
+        SessionError (session_unavailable): the server cannot run here (no native module
+            to carry it, no procfs at /proc) or did not become ready.
+    """
+
+    def __init__(self, policy: Policy | None = None, backend: str = "auto", *,
+                 start_timeout: float = START_TIMEOUT):
+        self.policy = policy if policy is not None else Policy.default()
+        if "pid" not in self.policy.namespaces:
+            raise PolicyError("a session needs a pid namespace (its server is the pid 1 that ends every "
+                              "command's descendants)", Reason.CONFLICTING_OPTIONS, "namespaces")
+        self.plan = compiled(self.policy)
+        self.id = "psb-" + uuid.uuid4().hex[:12]
+        try:
+            memfd = program_fd("psb-session", "psb_session_blob")
+        except ProgramUnavailable as exc:
+            raise SessionError(f"the session server: {exc}", Reason.SESSION_UNAVAILABLE) from None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.channel = Channel(ours)
+        self._closed = False
+        self._server = None
+        launch = self.policy.replace(as_pid_1=True, pass_fds=())
+        try:
+            self._server = SandboxProcess([f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)],
+                                          policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        except BaseException:
+            self._closed = True
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.backend_name = self._server.backend_name
+        if not self.channel.wait_for(lambda: self.channel.ready, start_timeout) or not self.channel.ready:
+            why = self.channel.lost
+            self.close()
+            code = self._server.returncode
+            raise SessionError(f"the session server did not become ready ({why or 'timed out'}; "
+                               f"the sandbox's exit status: {code})", Reason.SESSION_UNAVAILABLE)
+
+    def sandbox_path(self, cwd) -> str:
+        """``cwd`` as an absolute path inside the sandbox (relative: to the policy's
+        working directory; None: that directory)."""
+        if cwd is None:
+            return self.plan.chdir
+        cwd = os.fsdecode(cwd)
+        if "\x00" in cwd:
+            raise PolicyError("cwd must not contain NUL", Reason.INVALID_VALUE, cwd)
+        return os.path.normpath(os.path.join(self.plan.chdir, cwd))
+
+    def _spawn(self, argv, cwd, env, fds, targets) -> _RemoteChild:
+        ch = self.channel
+        if self._closed:
+            raise SessionError("the session is closed", Reason.SESSION_CLOSED)
+        if ch.lost is not None:
+            raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
+        try:
+            frame_args = (cwd, exec_candidates(argv[0], env.get("PATH"), cwd), argv, env, targets)
+            cid = next(ch.ids)
+            frame = W.spawn_frame(cid, *frame_args)
+        except ValueError as exc:
+            raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
+        cmd = _Command()
+        with ch.cv:
+            ch.commands[cid] = cmd
+        ch.send(frame, fds)
+        ch.wait_for(lambda: cmd.pid is not None or cmd.failed is not None, None)
+        if cmd.failed is not None:
+            with ch.cv:
+                ch.commands.pop(cid, None)
+            if ch.lost is not None and cmd.failed.a == 0:
+                raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
+            raise W.failure(cmd.failed, argv[0], cwd)
+        return _RemoteChild(ch, cid, cmd)
+
+    def Popen(self, args, **kwargs) -> SessionProcess:
+        """Start ``args`` in this sandbox; see :class:`SessionProcess`."""
+        return SessionProcess(self, args, **kwargs)
+
+    def run(self, args, *, input=None, capture_output: bool = False, timeout: float | None = None,
+            check: bool = False, kill_grace: float = KILL_GRACE, **kwargs) -> subprocess.CompletedProcess:
+        """Run ``args`` in this sandbox and wait, as :func:`pysandbox.run`: a timeout
+        sends SIGTERM, and ``kill_grace`` seconds later ends the command and all its
+        descendants; the session lives on."""
+        return run_process(lambda **kw: SessionProcess(self, args, **kw), input=input,
+                           capture_output=capture_output, timeout=timeout, check=check,
+                           kill_grace=kill_grace, kwargs=kwargs)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """End every process of the sandbox; nothing of it is left on the host."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.channel.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.channel.sock.close()
+        if self._server is None:
+            return
+        try:
+            self._server.wait(timeout=CLOSE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+            self._server.wait()
+        with self.channel.cv:
+            if self.channel.lost is None:
+                self.channel._dispatch([], SessionError("the session is closed", Reason.SESSION_CLOSED))
+            self.channel.cv.notify_all()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if not getattr(self, "_closed", True):
+            self.close()

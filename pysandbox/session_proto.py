@@ -1,0 +1,92 @@
+"""The session channel's wire format, the launcher's side (the server's is
+native/psb_session.c, whose header comment is the reference). Pure: bytes in, bytes
+out; no sockets. Shared by the sync sessions (pysandbox/session.py) and the asyncio
+ones (pysandbox/aio.py).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+import struct
+from dataclasses import dataclass
+
+MAGIC = 0x50534253
+SPAWN = 1
+SIGNAL = 2
+
+READY = 0x10
+STARTED = 0x11
+FAILED = 0x12
+EXITED = 0x13
+ERROR = 0x14
+
+EVENT_SIZE = 16
+MAX_FDS = 64
+MAX_PAYLOAD = 8 << 20
+MAX_TARGET_FD = 899   # the server moves received descriptors to 900 and up first
+
+# FAILED's step word
+STEP_CHDIR, STEP_EXEC, STEP_FORK, STEP_FDS = 1, 2, 3, 4
+# ERROR's code word
+SERVER_ERRORS = {1: "a malformed frame", 2: "it is not the pid 1 of its pid namespace",
+                 3: "no /proc/1/task/1/children in the sandbox (a procfs at /proc, with "
+                    "CONFIG_PROC_CHILDREN, is needed to end a command's descendants)"}
+
+_HEADER = struct.Struct("<8I")
+_EVENT = struct.Struct("<4I")
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: int
+    id: int
+    a: int
+    b: int
+
+
+def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env: dict[str, str],
+                targets: list[int]) -> bytes:
+    """The SPAWN frame for command ``cid``; its descriptors (one per ``targets`` entry,
+    in order) go as SCM_RIGHTS with it.
+
+    Raises:
+        ValueError: a NUL in a string, too many descriptors, a target out of range, or
+            a frame over MAX_PAYLOAD.
+    """
+    if len(targets) > MAX_FDS or any(not 0 <= t <= MAX_TARGET_FD for t in targets) or len(set(targets)) != len(targets):
+        raise ValueError(f"descriptor targets must be distinct, 0..{MAX_TARGET_FD}, at most {MAX_FDS}")
+    strings = [cwd, *candidates, *argv, *(f"{k}={v}" for k, v in env.items())]
+    joined = "\0".join(strings)
+    if joined.count("\0") != len(strings) - 1:
+        raise ValueError("a NUL byte in the command, its environment or its working directory")
+    blob = joined.encode("utf-8", "surrogateescape") + b"\0"   # os.fsencode, at once
+    payload = struct.pack(f"<{len(targets)}I", *targets) + blob
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"the command and its environment exceed {MAX_PAYLOAD} bytes")
+    return _HEADER.pack(MAGIC, SPAWN, cid, len(candidates), len(argv), len(env), len(targets),
+                        len(payload)) + payload
+
+
+def signal_frame(cid: int, sig: int) -> bytes:
+    return _HEADER.pack(MAGIC, SIGNAL, cid, sig, 0, 0, 0, 0)
+
+
+def parse_events(buf: bytearray) -> list[Event]:
+    """The complete events at the front of ``buf``, removed from it."""
+    n = len(buf) // EVENT_SIZE
+    out = [Event(*_EVENT.unpack_from(buf, i * EVENT_SIZE)) for i in range(n)]
+    del buf[:n * EVENT_SIZE]
+    return out
+
+
+def failure(ev: Event, argv0: str, cwd: str) -> OSError:
+    """The exception for a FAILED event, as subprocess raises it: the errno with the
+    file it concerns (the working directory for chdir, the command for exec)."""
+    err = ev.a or _errno.EIO
+    if ev.b == STEP_CHDIR:
+        return OSError(err, os.strerror(err), cwd)
+    if ev.b == STEP_EXEC:
+        return OSError(err, os.strerror(err), argv0)
+    what = {STEP_FORK: "starting the command", STEP_FDS: "placing its descriptors"}.get(ev.b, f"step {ev.b}")
+    return OSError(err, f"the session server failed {what}: {os.strerror(err)}")
