@@ -136,7 +136,7 @@ class PysandboxSandbox(BaseSandbox):
 
     Raises:
         PolicyError, BackendUnavailable, CapabilityUnavailable, SetupError,
-        SessionError: the sandbox cannot start (as ``pysandbox.Sandbox``).
+        SessionError: the sandbox cannot start (as ``pysandbox.session.Sandbox``).
     """
 
     def __init__(self, *, policy: Policy | None = None, backend: str = "auto", env=None,

@@ -14,10 +14,7 @@ import pytest
 
 pytest.importorskip("deepagents")
 
-from tests.integration import _session_standin  # noqa: E402  (temporary, until session.py lands)
-
-_session_standin.install()
-
+from pysandbox.errors import Reason, SessionError  # noqa: E402
 from pysandbox.integrations.deepagents import TIMEOUT_EXIT_CODE, PysandboxSandbox  # noqa: E402
 
 
@@ -43,9 +40,13 @@ def test_no_argument_construction_and_teardown(backend):
         assert sb.execute("echo hi > made.txt").exit_code == 0
         with open(os.path.join(workdir, "made.txt")) as f:
             assert f.read() == "hi\n"
-    assert not os.path.exists(workdir)
+        assert sb.session.backend_name == backend and sb.id == sb.session.id
+    assert not os.path.exists(workdir) and sb.session.closed
     sb.close()
     sb.delete()   # idempotent, both
+    with pytest.raises(SessionError) as err:
+        sb.execute("true")
+    assert err.value.reason == Reason.SESSION_CLOSED
 
 
 def test_workdir_removed_though_the_sandbox_locked_it(backend):

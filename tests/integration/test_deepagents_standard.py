@@ -14,10 +14,6 @@ pytest.importorskip("langchain_tests")
 
 from langchain_tests.integration_tests import SandboxIntegrationTests  # noqa: E402
 
-from tests.integration import _session_standin  # noqa: E402  (temporary, until session.py lands)
-
-_session_standin.install()
-
 from pysandbox.integrations.deepagents import PysandboxSandbox  # noqa: E402
 
 # The suite's async tests carry no asyncio mark (langchain's own runs use
