@@ -21,6 +21,7 @@ from .errors import (
     Reason,
     SandboxError,
     SetuidRejected,
+    SessionError,
     SetupError,
     UserNamespaceUnavailable,
 )
@@ -42,6 +43,8 @@ from .process import (
 # a lazy __getattr__ loses to the submodule once anything imports pysandbox.status (then
 # pysandbox.status is the module). status.py imports the probes only when called.
 from .status import status
+from .session import Sandbox, SessionProcess   # noqa: E402 - after process, which it builds on
+from .pool import Pool   # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -50,7 +53,7 @@ __all__ = [
     "BwrapProbeFailed", "CalledProcessError", "CapabilityUnavailable", "Chmod", "CompletedProcess",
     "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "NativeModuleMissing", "Network",
     "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "Overlay", "PIPE", "Policy", "PolicyError", "Popen",
-    "Proc", "Reason", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
+    "Pool", "Proc", "Reason", "Sandbox", "SessionError", "SessionProcess", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
     "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "run", "status",
     "__version__",
 ]

@@ -147,7 +147,10 @@ class Channel:
 
 
 class _RemoteChild:
-    """A session command, as the Popen adapter sees it."""
+    """A session command, as the Popen adapter sees it. ``on_close`` is called once,
+    when its exit status has been collected (the pool discards its sandbox there)."""
+
+    on_close = None
 
     def __init__(self, channel: Channel, cid: int, cmd: _Command):
         self.channel, self.cid, self.cmd = channel, cid, cmd
@@ -169,7 +172,9 @@ class _RemoteChild:
                 pass
 
     def close(self):
-        pass
+        hook, self.on_close = self.on_close, None
+        if hook is not None:
+            hook()
 
 
 class SessionProcess(RemotePopen):

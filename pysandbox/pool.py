@@ -1,0 +1,162 @@
+"""A warm pool of one-shot sandboxes: ``Pool(policy, size=N)``.
+
+Each sandbox is a session (pysandbox/session.py) staged in the background up to the
+point of exec: namespaces made, mounts done, the server waiting. ``pool.run(argv)``
+takes one, runs exactly one command in it and discards it, so every command still
+gets a fresh sandbox (nothing of an earlier command's files in /tmp, processes or
+namespaces), with the setup off the critical path. A background thread keeps ``size``
+sandboxes ready and closes used ones; ``close()`` ends both.
+
+When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
+next one; if the refill fails (the backend cannot run here) the error is raised to
+the caller rather than retried in a loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+from .errors import PolicyError, Reason, SessionError
+from .lifecycle import KILL_GRACE
+from .policy import Policy
+from .session import Sandbox, SessionProcess
+
+TAKE_TIMEOUT = 60.0   # seconds a caller waits for a staged sandbox
+
+
+class Pool:
+    """Up to ``size`` staged sandboxes of ``policy`` on ``backend``; see the module.
+
+    ``stats()``: staged, used, failed refills, and the mean seconds to stage one.
+
+    Raises (from run/Popen):
+        SessionError (session_closed): the pool is closed.
+        The refill's own error (BackendUnavailable, CapabilityUnavailable, SetupError,
+        SessionError) when the pool cannot stage a sandbox here.
+    """
+
+    def __init__(self, policy: Policy | None = None, size: int = 2, backend: str = "auto"):
+        if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 64:
+            raise PolicyError("size must be an int from 1 to 64", Reason.INVALID_VALUE, size)
+        self.policy = policy if policy is not None else Policy.default()
+        self.backend = backend
+        self.size = size
+        self._cv = threading.Condition()
+        self._ready: collections.deque[Sandbox] = collections.deque()
+        self._used: collections.deque[Sandbox] = collections.deque()
+        self._error: BaseException | None = None
+        self._closed = False
+        self._done = False   # the background thread has returned (set under the lock)
+        self._staged = self._taken = self._failures = 0
+        self._stage_seconds = 0.0
+        self._thread = threading.Thread(target=self._work, name="pysandbox-pool", daemon=True)
+        self._thread.start()
+
+    # ---------------------------------------------------------------- background
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and not self._used and (len(self._ready) >= self.size
+                                                               or self._error is not None):
+                    self._cv.wait()
+                if self._closed and not self._used:
+                    self._done = True
+                    return
+                used = self._used.popleft() if self._used else None
+            if used is not None:
+                used.close()
+                continue
+            t0 = time.monotonic()
+            try:
+                sb = Sandbox(self.policy, self.backend)
+            except BaseException as exc:   # noqa: BLE001 - handed to the callers
+                with self._cv:
+                    self._error, self._failures = exc, self._failures + 1
+                    self._cv.notify_all()
+                continue
+            with self._cv:
+                self._staged += 1
+                self._stage_seconds += time.monotonic() - t0
+                if self._closed:
+                    self._used.append(sb)
+                else:
+                    self._ready.append(sb)
+                self._cv.notify_all()
+
+    def _discard(self, sb: Sandbox) -> None:
+        with self._cv:
+            if not self._done:
+                self._used.append(sb)
+                self._cv.notify_all()
+                return
+        sb.close()   # the pool closed while this command ran
+
+    def _take(self, timeout: float = TAKE_TIMEOUT) -> Sandbox:
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                if self._closed:
+                    raise SessionError("the pool is closed", Reason.SESSION_CLOSED)
+                if self._ready:
+                    sb = self._ready.popleft()
+                    self._taken += 1
+                    self._cv.notify_all()
+                    if not sb.closed and sb.channel.lost is None:
+                        return sb
+                    self._used.append(sb)
+                    continue
+                if self._error is not None:
+                    err, self._error = self._error, None   # the next take tries again
+                    self._cv.notify_all()
+                    raise err
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SessionError(f"no sandbox was staged within {timeout} s", Reason.SESSION_UNAVAILABLE)
+                self._cv.wait(left)
+
+    # ---------------------------------------------------------------- the API
+    def Popen(self, args, **kwargs) -> SessionProcess:
+        """Start ``args`` in a fresh staged sandbox, discarded once the command's exit is
+        collected (``wait``/``poll``/``communicate``)."""
+        sb = self._take()
+        try:
+            proc = sb.Popen(args, **kwargs)
+        except BaseException:
+            self._discard(sb)
+            raise
+        proc._child.on_close = lambda: self._discard(sb)
+        return proc
+
+    def run(self, args, *, timeout: float | None = None, kill_grace: float = KILL_GRACE, **kwargs):
+        """Run ``args`` in a fresh staged sandbox and discard it, as
+        :meth:`pysandbox.session.Sandbox.run`."""
+        sb = self._take()
+        try:
+            return sb.run(args, timeout=timeout, kill_grace=kill_grace, **kwargs)
+        finally:
+            self._discard(sb)
+
+    def stats(self) -> dict:
+        with self._cv:
+            return {"size": self.size, "ready": len(self._ready), "staged": self._staged, "used": self._taken,
+                    "failures": self._failures,
+                    "stage_seconds_mean": self._stage_seconds / self._staged if self._staged else None}
+
+    def close(self) -> None:
+        """Close every staged and used sandbox and stop the refill; nothing is left."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            self._used.extend(self._ready)
+            self._ready.clear()
+            self._cv.notify_all()
+        self._thread.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
