@@ -116,7 +116,7 @@ static struct cmd cmds[MAX_CMDS];
 static struct pollfd pfds[MAX_CMDS + 2];
 static char payload[MAX_PAYLOAD + 1];
 static char *strs[MAX_STRINGS + 3];
-static long chan = -1;
+static long chan = -1, sigfd = -1;
 
 static void __attribute__((noreturn)) quit(int code)
 {
@@ -299,8 +299,9 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
     sys6(NR_PRCTL, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0, 0);
     long self = sys6(NR_GETPID, 0, 0, 0, 0, 0, 0);
     int ep[2];
-    if (sys6(NR_PIPE2, (long)ep, O_CLOEXEC, 0, 0, 0, 0) < 0) {
-        put_event(rep, E_FAILED, id, EAGAIN, 3);
+    long pe = sys6(NR_PIPE2, (long)ep, O_CLOEXEC, 0, 0, 0, 0);
+    if (pe < 0) {
+        put_event(rep, E_FAILED, id, (unsigned int)-pe, 6);
         quit(0);
     }
     long pid = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
@@ -409,18 +410,22 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
         return;
     }
     int rp[2];
-    if (sys6(NR_PIPE2, (long)rp, O_CLOEXEC | O_NONBLOCK, 0, 0, 0, 0) < 0) {
-        put_event(chan, E_FAILED, id, EAGAIN, 3);
+    long pe = sys6(NR_PIPE2, (long)rp, O_CLOEXEC | O_NONBLOCK, 0, 0, 0, 0);
+    if (pe < 0) {
+        put_event(chan, E_FAILED, id, (unsigned int)-pe, 3);
         return;
     }
     sweep();
     long k = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (k == 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
+        /* The server's descriptors, from its table (not the poll array, whose entries may
+         * name descriptors closed and reused since the poll). */
         sys6(NR_CLOSE, chan, 0, 0, 0, 0, 0);
-        for (int j = 0; j < MAX_CMDS + 2; j++)
-            if (pfds[j].fd > 2)
-                sys6(NR_CLOSE, pfds[j].fd, 0, 0, 0, 0, 0);
+        sys6(NR_CLOSE, sigfd, 0, 0, 0, 0, 0);
+        for (int j = 0; j < MAX_CMDS; j++)
+            if (cmds[j].rep >= 0)
+                sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
         keeper(id, rp[1], ncand, nargv, nfds, targets, fds);
     }
     sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
@@ -491,8 +496,8 @@ static void report(int k)
         return;
     /* The keeper died before it reported (killed by a command): say SIGKILL. */
     if (!cmds[k].exited)
-        put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : EAGAIN,
-                  cmds[k].pid ? 0 : 3);
+        put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : ECHILD,
+                  cmds[k].pid ? 0 : 5);
     sys6(NR_CLOSE, cmds[k].rep, 0, 0, 0, 0, 0);
     cmds[k].rep = -1;
     sweep();
@@ -515,7 +520,7 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         sys6(NR_CLOSE, self_fd, 0, 0, 0, 0, 0);
     unsigned long all = ~0UL, chld = 1UL << (SIGCHLD - 1);
     sys6(NR_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, (long)&all, 0, 8, 0, 0);
-    long sfd = sys6(NR_SIGNALFD4, -1, (long)&chld, 8, O_CLOEXEC | O_NONBLOCK, 0, 0);
+    long sfd = sigfd = sys6(NR_SIGNALFD4, -1, (long)&chld, 8, O_CLOEXEC | O_NONBLOCK, 0, 0);
     long probe[1];
     if (sys6(NR_GETPID, 0, 0, 0, 0, 0, 0) != 1)
         put_event(chan, E_ERROR, 0, 2, 0), quit(0);

@@ -11,14 +11,17 @@ CPython release changes it:
   errwrite, ...)``: its first 16 parameters (stable since Python 3.2);
 - ``Popen._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)``;
 - ``Popen._handle_exitstatus(sts)`` turning a wait status into ``returncode``;
-- the attributes ``pid`` and ``_child_created``;
 - for :class:`RemotePopen` (a child that is not ours to ``waitpid``: a session's
   command): ``Popen._internal_poll(_deadstate=None, ...)`` and ``Popen._wait(timeout)``,
   which it replaces, as ``poll``/``wait``/``communicate``/``__del__`` call them.
+- the attributes ``pid``, ``_child_created`` and ``_waitpid_lock`` (the lock Popen's
+  ``wait``/``poll`` hold around ``waitpid``, so :meth:`BackendPopen.reap_exited` and
+  they reap only once).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 
@@ -62,6 +65,32 @@ class BackendPopen(subprocess.Popen):
             return super()._handle_exitstatus(sts)
         self.returncode = child.returncode(sts)
         child.close()
+
+
+    def reap_exited(self):
+        """Reap ``pid`` without blocking and set ``returncode`` (through the child's
+        mapping), for a caller told by an event loop (a pidfd became readable) that it
+        exited. Returns ``returncode``, or None while the process runs.
+
+        Safe beside a thread in ``wait``/``poll``: both hold ``_waitpid_lock``, and once
+        the process has exited a ``wait`` holding it returns at once. When something else
+        reaped the pid (ECHILD), the child's report decides, as Popen's own ``poll``
+        falls back to 0.
+
+        Raises:
+            Nothing of its own.
+        """
+        if self.returncode is not None:
+            return self.returncode
+        with self._waitpid_lock:
+            if self.returncode is None:
+                try:
+                    pid, sts = os.waitpid(self.pid, os.WNOHANG)
+                except ChildProcessError:
+                    pid, sts = self.pid, 0
+                if pid == self.pid:
+                    self._handle_exitstatus(sts)
+        return self.returncode
 
 
 class RemotePopen(BackendPopen):

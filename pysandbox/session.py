@@ -71,6 +71,7 @@ class Channel:
         self.ready = False
         self.lost: SessionError | None = None
         self.send_lock = threading.Lock()
+        self.external = False   # an event loop reads the socket (pysandbox/aio_session.py)
 
     def send(self, frame: bytes, fds=()) -> None:
         with self.send_lock:
@@ -91,7 +92,7 @@ class Channel:
                     return False
                 if self.lost is not None:
                     return done()
-                if self.reading:
+                if self.reading or self.external:
                     self.cv.wait(left)
                     continue
                 self.reading = True
@@ -152,9 +153,27 @@ class _RemoteChild:
 
     on_close = None
 
-    def __init__(self, channel: Channel, cid: int, cmd: _Command):
+    def __init__(self, channel: Channel, cid: int, cmd: _Command, argv0: str, cwd: str):
         self.channel, self.cid, self.cmd = channel, cid, cmd
+        self.argv0, self.cwd = argv0, cwd
         self.pid = cmd.pid
+
+    def started(self) -> int:
+        """The command's pid once its STARTED came (the caller waited for it or for FAILED).
+
+        Raises:
+            SessionError (session_lost): the sandbox ended before the command started.
+            OSError: the command could not be started (as subprocess raises it).
+        """
+        ch, cmd = self.channel, self.cmd
+        if cmd.failed is not None:
+            with ch.cv:
+                ch.commands.pop(self.cid, None)
+            if ch.lost is not None and cmd.failed.a == 0:
+                raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
+            raise W.failure(cmd.failed, self.argv0, self.cwd)
+        self.pid = cmd.pid
+        return self.pid
 
     def returncode(self, status: int) -> int:
         return os.waitstatus_to_exitcode(status)
@@ -191,7 +210,7 @@ class SessionProcess(RemotePopen):
             as subprocess raises them.
     """
 
-    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), **kwargs):
+    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), _deferred=False, **kwargs):
         for bad in _REFUSED:
             if kwargs.get(bad) not in (None, False):
                 raise PolicyError(f"{bad}= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS, bad)
@@ -210,11 +229,14 @@ class SessionProcess(RemotePopen):
         self._env = session.policy.env.apply(base)
         self._env["PWD"] = self._cwd
         self._fds = tuple(sorted(set(session.policy.pass_fds) | {check_fd(fd, "pass_fds entry") for fd in pass_fds}))
+        # deferred (asyncio): the constructor returns once the command was sent; the
+        # caller awaits its STARTED (``session.started``) before using ``pid``.
+        self._deferred = _deferred
         super().__init__(argv, **kwargs)
 
     def _start_child(self, argv, stdin, stdout, stderr):
         return self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
-                                   [0, 1, 2, *self._fds])
+                                   [0, 1, 2, *self._fds], wait=not self._deferred)
 
     def forward_signal(self, sig) -> None:
         """As :meth:`pysandbox.SandboxProcess.forward_signal`: ``sig`` to the command."""
@@ -280,7 +302,7 @@ class Sandbox:
             raise PolicyError("cwd must not contain NUL", Reason.INVALID_VALUE, cwd)
         return os.path.normpath(os.path.join(self.plan.chdir, cwd))
 
-    def _spawn(self, argv, cwd, env, fds, targets) -> _RemoteChild:
+    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True) -> _RemoteChild:
         ch = self.channel
         if self._closed:
             raise SessionError("the session is closed", Reason.SESSION_CLOSED)
@@ -296,14 +318,11 @@ class Sandbox:
         with ch.cv:
             ch.commands[cid] = cmd
         ch.send(frame, fds)
-        ch.wait_for(lambda: cmd.pid is not None or cmd.failed is not None, None)
-        if cmd.failed is not None:
-            with ch.cv:
-                ch.commands.pop(cid, None)
-            if ch.lost is not None and cmd.failed.a == 0:
-                raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
-            raise W.failure(cmd.failed, argv[0], cwd)
-        return _RemoteChild(ch, cid, cmd)
+        child = _RemoteChild(ch, cid, cmd, argv[0], cwd)
+        if wait:
+            ch.wait_for(lambda: cmd.pid is not None or cmd.failed is not None, None)
+            child.started()
+        return child
 
     def Popen(self, args, **kwargs) -> SessionProcess:
         """Start ``args`` in this sandbox; see :class:`SessionProcess`."""

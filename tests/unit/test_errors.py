@@ -69,6 +69,9 @@ EXPECTED_CLASS = {
     "invalid_value": E.SetupError,
     "conflicting_options": E.SetupError,
     "bwrap_argument_invalid": E.SetupError,
+    "session_unavailable": E.SessionError,
+    "session_closed": E.SessionError,
+    "session_lost": E.SessionError,
 }
 
 

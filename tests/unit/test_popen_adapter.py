@@ -3,6 +3,7 @@ when a CPython release changes what it relies on, and proves it drives a real ch
 
 import inspect
 import os
+import select
 import subprocess
 import sys
 
@@ -49,6 +50,19 @@ def test_the_adapter_runs_a_child_with_subprocess_pipes():
     assert proc.returncode == 103   # through the child's returncode(), not Popen's own
     assert proc._child.closed == 1
     assert proc._child_created is True
+    assert hasattr(proc, "_waitpid_lock")   # reap_exited takes it, as wait/poll do
+
+
+def test_reap_exited_reaps_once_through_the_child():
+    with _Adapted([sys.executable, "-c", "import sys; sys.exit(4)"]) as proc:
+        fd = os.pidfd_open(proc.pid)
+        try:
+            select.select([fd], [], [], 60)   # readable once the process has exited
+        finally:
+            os.close(fd)
+        assert proc.reap_exited() == 104
+        assert proc.reap_exited() == 104 and proc.wait() == 104
+    assert proc._child.closed == 1
 
 
 def test_the_adapter_closes_the_parent_copies_of_the_child_ends():
