@@ -1,0 +1,6 @@
+"""Integrations of pysandbox with other frameworks, one module each, imported by name
+(each needs its framework installed; this package imports none of them):
+
+- ``pysandbox.integrations.deepagents``: a LangChain Deep Agents sandbox backend
+  (``pip install 'pysandbox[deepagents]'``).
+"""
