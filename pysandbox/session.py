@@ -225,8 +225,7 @@ class SessionProcess(RemotePopen):
             raise PolicyError("empty command", Reason.INVALID_VALUE, args)
         self.session = session
         self._cwd = session.sandbox_path(cwd)
-        base = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
-        self._env = session.policy.env.apply(base)
+        self._env = session.command_env(env)
         self._env["PWD"] = self._cwd
         self._fds = tuple(sorted(set(session.policy.pass_fds) | {check_fd(fd, "pass_fds entry") for fd in pass_fds}))
         # deferred (asyncio): the constructor returns once the command was sent; the
@@ -265,6 +264,7 @@ class Sandbox:
                               "command's descendants)", Reason.CONFLICTING_OPTIONS, "namespaces")
         self.plan = compiled(self.policy)
         self.id = "psb-" + uuid.uuid4().hex[:12]
+        self._env_cache = None
         try:
             memfd = program_fd("psb-session", "psb_session_blob")
         except ProgramUnavailable as exc:
@@ -291,6 +291,21 @@ class Sandbox:
             code = self._server.returncode
             raise SessionError(f"the session server did not become ready ({why or 'timed out'}; "
                                f"the sandbox's exit status: {code})", Reason.SESSION_UNAVAILABLE)
+
+    def command_env(self, env) -> dict:
+        """A command's environment: ``env`` (None: os.environ) with the policy's edits.
+        For os.environ the result is reused while os.environ is unchanged (compared by
+        its underlying bytes mapping: one C-level dict comparison per command)."""
+        if env is not None:
+            return self.policy.env.apply({os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
+        data = getattr(os.environ, "_data", None)
+        cached = self._env_cache
+        if data is not None and cached is not None and cached[0] == data:
+            return dict(cached[1])
+        applied = self.policy.env.apply(os.environ)
+        if data is not None:
+            self._env_cache = (dict(data), dict(applied))
+        return applied
 
     def sandbox_path(self, cwd) -> str:
         """``cwd`` as an absolute path inside the sandbox (relative: to the policy's

@@ -35,6 +35,8 @@ class BwrapChild:
     status_fd: int = -1
     pidfd: int = -1
 
+    _killed = False
+
     def returncode(self, wait_status: int) -> int:
         """The command's returncode (-N for signal N, as native): the init's report;
         without one (the init was killed, or no init) bwrap's own status."""
@@ -46,6 +48,10 @@ class BwrapChild:
                 data = b""
             if len(data) == 4:
                 return os.waitstatus_to_exitcode(int.from_bytes(data, "little"))
+        if self._killed:
+            # We SIGKILLed pid 1, then bwrap: bwrap may see its child die first and exit
+            # 128+9 before our SIGKILL lands; either way the sandbox was killed.
+            return -signal.SIGKILL
         return os.waitstatus_to_exitcode(wait_status)
 
     def forward_signal(self, sig: int) -> None:
@@ -69,6 +75,7 @@ class BwrapChild:
         """SIGKILL the sandbox's pid 1 (its death kills every process of its pid
         namespace), whatever the command did to its own PR_SET_PDEATHSIG; the caller
         kills bwrap too."""
+        self._killed = True
         self._signal_pid1(9)
 
     def _signal_pid1(self, sig: int) -> bool:
