@@ -325,6 +325,7 @@ def _settled(before: dict, limit: float = 5.0) -> dict:
 def _soak(label: str, open_, run_one, count: int, every: int) -> dict:
     """``count`` calls of ``run_one(obj)`` on ``obj = open_()``, then close it: the leak
     counts, and RSS sampled every ``every`` calls."""
+    open_().close()   # the program memfds are made once per process (pysandbox/memfd.py), kept
     before = _state()
     obj = open_()
     rss = []
