@@ -32,8 +32,12 @@ from measure import Summary, ms, ratio
 BACKENDS = ("native", "bwrap")
 TRUE = ["/bin/true"]
 BATCH = 64
-# what a sandbox could leave in /tmp or /var/tmp, if anything ever did
-OURS = re.compile(r"psb|pysandbox|bwrap|sandbox", re.I)
+# what a sandbox could leave in /tmp or /var/tmp, if anything ever did (nothing of
+# pysandbox writes there; a session's id and memfds are named psb-...) ...
+OURS = re.compile(r"psb|pysandbox|bwrap", re.I)
+# ... and what other users of a shared machine make there: the test suite's bwrap
+# compat harness, CI trees, pytest
+OTHERS = re.compile(r"^(pybwrap-compat-|pysandbox-ci-|pytest-of-)")
 
 
 @dataclass
@@ -345,7 +349,8 @@ def _soak(label: str, open_, run_one, count: int, every: int) -> dict:
                 fds_new=sorted(after["fds"] - before["fds"]), fds_growth_open=len(inside_end["fds"] - inside["fds"]),
                 children_new=sorted(after["children"] - before["children"]),
                 mounts=(before["mounts"], after["mounts"]), tmp_new=new_tmp,
-                tmp_ours=[p for p in new_tmp if OURS.search(os.path.basename(p))])
+                tmp_ours=[p for p in new_tmp if OURS.search(os.path.basename(p))
+                          and not OTHERS.match(os.path.basename(p))])
 
 
 def section_session_soak(report, cfg: dict, deadline: float) -> None:
@@ -381,8 +386,8 @@ def section_session_soak(report, cfg: dict, deadline: float) -> None:
                   f"RSS MiB every {every:,} (pool: every {max(1, pooled // 5):,})", "RSS"], rows)
     report.out("New fds and children: this process's, compared before opening and after closing (fd "
                "growth while open: after 50 commands and at the end, sessions only: a pool's count varies with how many sandboxes are staged). 'ours' are new entries named like "
-               "something of a sandbox (psb, pysandbox, bwrap, sandbox); 'all' includes other users of the "
-               "machine. RSS is flat when the last sample is within 10% (or 5 MiB) of the second.")
+               "something of a sandbox (psb, pysandbox, bwrap), less those of the test suite's harnesses "
+               "(pybwrap-compat-, pysandbox-ci-, pytest-of-); 'all' includes other users of the machine. RSS is flat when the last sample is within 10% (or 5 MiB) of the second.")
     report.out()
     for r in results:
         if r["tmp_ours"] or r["fds_new"]:
