@@ -55,7 +55,8 @@ def alternate(contenders, rounds: int, warmup: int = 2, deadline: float | None =
     Stops early (with at least 3 rounds) when ``deadline`` (a time.monotonic value) passes.
     With ``cpu``, also fills label -> CPU seconds of each launch (see cpu_seconds).
     With ``interval``, a round starts at least ``interval`` seconds after the previous
-    one (a steady rate, e.g. one a background refill can keep up with).
+    one (a steady rate, e.g. one a background refill can keep up with). A contender
+    with a ``before`` callable has it called, untimed, before each of its launches.
     """
     samples = {c.label: [] for c in contenders}
     for _ in range(warmup):
@@ -75,6 +76,8 @@ def alternate(contenders, rounds: int, warmup: int = 2, deadline: float | None =
             c = contenders[(r + i) % n]
             if r % c.every:
                 continue
+            if getattr(c, "before", None) is not None:
+                c.before()
             c0 = cpu_seconds() if cpu is not None else 0.0
             t0 = time.perf_counter()
             c.launch()
