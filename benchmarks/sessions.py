@@ -35,9 +35,11 @@ BATCH = 64
 # what a sandbox could leave in /tmp or /var/tmp, if anything ever did (nothing of
 # pysandbox writes there; a session's id and memfds are named psb-...) ...
 OURS = re.compile(r"psb|pysandbox|bwrap", re.I)
-# ... and what other users of a shared machine make there: the test suite's bwrap
-# compat harness, CI trees, pytest
-OTHERS = re.compile(r"^(pybwrap-compat-|pysandbox-ci-|pytest-of-)")
+# ... and what other users of a shared machine make there: the temporary directories
+# of the test suite's and benchmarks' harnesses (tests/compat/harness.py, psb-bench-binds-,
+# psbdiff-, ...), CI trees and other tools' (pysandbox-ci-, pysandbox-WORD-), pytest's
+OTHERS = re.compile(r"^(pybwrap-compat-|psb-bench-binds-|psb-perf-|psb-floor-|psbdiff-|pysandbox-[a-z0-9]+-"
+                    r"|pytest-of-)")
 
 
 @dataclass
@@ -393,8 +395,8 @@ def section_session_soak(report, cfg: dict, deadline: float) -> None:
                   f"RSS MiB every {every:,} (pool: every {max(1, pooled // 5):,})", "RSS"], rows)
     report.out("New fds and children: this process's, compared before opening and after closing (fd "
                "growth while open: after 50 commands and at the end, sessions only: a pool's count varies with how many sandboxes are staged). 'ours' are new entries named like "
-               "something of a sandbox (psb, pysandbox, bwrap), less those of the test suite's harnesses "
-               "(pybwrap-compat-, pysandbox-ci-, pytest-of-); 'all' includes other users of the machine. RSS is flat when the last sample is within 10% (or 5 MiB) of the second.")
+               "something of a sandbox (psb, pysandbox, bwrap), less the temporary directories of "
+               "the test and benchmark harnesses and CI trees (pybwrap-compat-, psbdiff-, pysandbox-WORD-, ...); 'all' includes other users of the machine. RSS is flat when the last sample is within 10% (or 5 MiB) of the second.")
     report.out()
     for r in results:
         if r["tmp_ours"] or r["fds_new"]:
