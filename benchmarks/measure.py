@@ -49,24 +49,35 @@ def cpu_seconds() -> float:
 
 
 def alternate(contenders, rounds: int, warmup: int = 2, deadline: float | None = None,
-              cpu: dict | None = None) -> dict:
+              cpu: dict | None = None, interval: float | None = None) -> dict:
     """Run every contender once per round, rotating the order; return label -> samples (s).
 
     Stops early (with at least 3 rounds) when ``deadline`` (a time.monotonic value) passes.
     With ``cpu``, also fills label -> CPU seconds of each launch (see cpu_seconds).
+    With ``interval``, a round starts at least ``interval`` seconds after the previous
+    one (a steady rate, e.g. one a background refill can keep up with). A contender
+    with a ``before`` callable has it called, untimed, before each of its launches.
     """
     samples = {c.label: [] for c in contenders}
     for _ in range(warmup):
         for c in contenders:
             c.launch()
     n = len(contenders)
+    next_round = time.monotonic()
     for r in range(rounds):
         if deadline is not None and r >= 3 and time.monotonic() > deadline:
             break
+        if interval:
+            pause = next_round - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            next_round = max(next_round, time.monotonic()) + interval
         for i in range(n):
             c = contenders[(r + i) % n]
             if r % c.every:
                 continue
+            if getattr(c, "before", None) is not None:
+                c.before()
             c0 = cpu_seconds() if cpu is not None else 0.0
             t0 = time.perf_counter()
             c.launch()
