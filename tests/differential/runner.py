@@ -7,6 +7,7 @@ the normalisation rules in tests/support/probe_normalise.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -62,14 +63,37 @@ def _under_proc(path, policy) -> bool:
 BWRAP_TRANSIENTS: list = []
 
 
+# True: every probe runs as a command of a session (pysandbox/session.py) of the
+# policy, so the comparison is of a session's view on both backends.
+VIA_SESSION = False
+
+
+@contextlib.contextmanager
+def via_session():
+    global VIA_SESSION
+    VIA_SESSION = True
+    try:
+        yield
+    finally:
+        VIA_SESSION = False
+
+
+def _run_once(argv, policy, backend):
+    if not VIA_SESSION:
+        return pysandbox.run(argv, policy=policy, backend=backend, env=BASE_ENV, capture_output=True,
+                             timeout=TIMEOUT)
+    with pysandbox.Sandbox(policy, backend=backend) as sb:
+        return sb.run(argv, env=BASE_ENV, capture_output=True, timeout=TIMEOUT)
+
+
 def _run_probe(policy: P.Policy, backend: str, world: World, fds: list):
-    """pysandbox.run of the probe; a bwrap transient (above) is retried once, with the
-    world's descriptors reopened when this launch owns them (a pipe is consumed)."""
+    """pysandbox.run of the probe (or a session's run, under :func:`via_session`); a
+    bwrap transient (above) is retried once, with the world's descriptors reopened when
+    this launch owns them (a pipe is consumed)."""
     argv = [sys.executable, "-c", PROBE_SOURCE, json.dumps(probe_args(policy))]
     for attempt in (0, 1):
         try:
-            return pysandbox.run(argv, policy=policy, backend=backend, env=BASE_ENV, capture_output=True,
-                                 timeout=TIMEOUT)
+            return _run_once(argv, policy, backend)
         except pysandbox.SetupError as exc:
             transient = backend == "bwrap" and exc.stage == "bwrap" and "before its init reported" in str(exc)
             if attempt or not transient or (_reads_data_fd(policy) and not fds):

@@ -51,6 +51,26 @@ def test_corpus(world, name, build):
     assert verdict.verdict == "same", runner.format_verdict(verdict, verbose=True)
 
 
+SESSION_CASES = [c for c in corpus.CASES]
+
+
+@pytest.mark.requires("userns")
+@pytest.mark.parametrize("name,build", SESSION_CASES, ids=[c[0] for c in SESSION_CASES])
+def test_corpus_in_a_session(world, name, build):
+    """A session's view is the same on both backends: the probe runs as a command of a
+    session (its server is pid 1, the command in a new session under a keeper)."""
+    policy = build(world)
+    if "pid" not in policy.namespaces:
+        pytest.skip("not applicable: a session needs a pid namespace")
+    with runner.via_session():
+        verdict = runner.compare_backends(name, policy, world, BACKENDS)
+    if verdict.verdict == "reference-unsupported":
+        assert verdict.failure.get("reason") == "bwrap_option_unsupported"
+        return
+    _check(verdict)
+    assert verdict.verdict in ("same", "both-failed"), runner.format_verdict(verdict, verbose=True)
+
+
 @pytest.mark.requires("userns")
 def test_generated(world):
     """At least EXAMPLES generated policies, every one the same under both backends."""
