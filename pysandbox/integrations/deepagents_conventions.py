@@ -86,6 +86,8 @@ def parts_ok(names, segs, memo):
     if key not in memo:
         if not segs:
             memo[key] = not names
+        elif segs == ['**']:  # a trailing '**': at least one name below, none hidden
+            memo[key] = bool(names) and not any(n.startswith('.') for n in names)
         elif segs[0] == '**':
             memo[key] = parts_ok(names, segs[1:], memo) or bool(
                 names and not names[0].startswith('.') and parts_ok(names[1:], segs, memo))
