@@ -22,6 +22,7 @@ Needs the ``deepagents`` extra: ``pip install 'pysandbox[deepagents]'``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
@@ -38,6 +39,8 @@ try:
         ExecuteResponse,
         FileDownloadResponse,
         FileUploadResponse,
+        GlobResult,
+        WriteResult,
     )
     from deepagents.backends.sandbox import BaseSandbox
 except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -45,6 +48,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
                       "pip install 'pysandbox[deepagents]'") from exc
 
 from ..lifecycle import exit_status
+from . import deepagents_conventions as conventions
 from ..policy import Policy
 from ..session import Sandbox
 
@@ -71,6 +75,8 @@ _DOWNLOAD = r"""LC_ALL=C; export LC_ALL
 exec cat -- "$1"
 """
 _BY_EXIT = {101: IS_DIRECTORY, 102: FILE_NOT_FOUND}
+_GLOB_TIMEOUT = 30
+"""Seconds a glob may take (Deep Agents' ASYNC_GLOB_TIMEOUT; the walk stops itself after 5)."""
 # The end of an error message (after its last ": ") -> the Deep Agents literal.
 _BY_MESSAGE = (
     (("Permission denied", "Read-only file system", "Operation not permitted"), PERMISSION_DENIED),
@@ -130,6 +136,15 @@ class PysandboxSandbox(BaseSandbox):
     ``pysandbox.run``). ``default_timeout``: seconds for ``execute`` without a timeout
     (0: none).
 
+    Two opt-in conventions, those of LangChain's standard sandbox suite
+    (``langchain-tests``), where it and Deep Agents' protocol disagree:
+    ``overwrite=False``: ``write`` refuses a path where something exists (the protocol:
+    write creates or overwrites, as the write_file tool tells the model).
+    ``glob_paths="relative"``: ``glob`` reports paths relative to the search root, and
+    directories too (the protocol: absolute paths of regular files only; the
+    FilesystemMiddleware matches its deny rules against those absolute paths, so an agent
+    with permission rules must keep the default ``"absolute"``).
+
     ``close()`` ends every process of the sandbox and removes the temporary workdir;
     ``delete()`` with no argument is ``close()`` (the teardown the Deep Agents standard
     tests call), ``delete(path)`` deletes a file in the sandbox. Both are idempotent.
@@ -140,9 +155,14 @@ class PysandboxSandbox(BaseSandbox):
     """
 
     def __init__(self, *, policy: Policy | None = None, backend: str = "auto", env=None,
-                 default_timeout: float = DEFAULT_TIMEOUT):
+                 default_timeout: float = DEFAULT_TIMEOUT, overwrite: bool = True,
+                 glob_paths: str = "absolute"):
         if default_timeout is None or default_timeout < 0:
             raise ValueError(f"default_timeout must be >= 0, got {default_timeout!r}")
+        if glob_paths not in ("absolute", "relative"):
+            raise ValueError(f"glob_paths must be 'absolute' or 'relative', got {glob_paths!r}")
+        self._overwrite = bool(overwrite)
+        self._glob_paths = glob_paths
         self._workdir = None
         self._closed = False
         self._close_lock = threading.Lock()
@@ -201,13 +221,71 @@ class PysandboxSandbox(BaseSandbox):
 
     def _transfer(self, script: str, path: str, data: bytes | None):
         """Run a transfer script on ``path``: (returncode, stdout, stderr)."""
-        limit = self._default_timeout or None
+        return self._run(["sh", "-c", script, "sh", path], data, self._default_timeout or None)
+
+    def _run(self, argv: list[str], data: bytes | None, limit: float | None):
+        """Run ``argv`` in the sandbox, ``data`` on stdin: (returncode, stdout, stderr)."""
         try:
-            done = self._session.run(["sh", "-c", script, "sh", path], input=data if data is not None else b"",
+            done = self._session.run(argv, input=data if data is not None else b"",
                                      capture_output=True, timeout=limit, env=self._env)
         except subprocess.TimeoutExpired:
-            return 1, None, f"transfer timed out after {limit} seconds".encode()
+            return 1, None, f"timed out after {limit} seconds".encode()
         return done.returncode, done.stdout, done.stderr
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        """Write ``content`` (UTF-8) to ``file_path``, creating missing parent
+        directories. By default an existing file is replaced (Deep Agents' BaseSandbox);
+        with ``overwrite=False`` a path where anything exists is refused, untouched, with
+        an error saying it already exists.
+
+        Raises:
+            SessionError: the sandbox is closed or was lost.
+        """
+        if self._overwrite:
+            return super().write(file_path, content)
+        if _bad_path(file_path):
+            return WriteResult(error=f"Failed to write file '{file_path}': {INVALID_PATH}")
+        code, _, err = self._transfer(conventions.CREATE, file_path, content.encode("utf-8"))
+        if code == conventions.EXISTS_EXIT:
+            return WriteResult(error=conventions.already_exists(file_path))
+        if code != 0:
+            return WriteResult(error=f"Failed to write file '{file_path}': {_transfer_error(code, err)}")
+        return WriteResult(path=file_path)
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        """``write`` in a worker thread.
+
+        Raises:
+            SessionError: the sandbox is closed or was lost.
+        """
+        if self._overwrite:
+            return await super().awrite(file_path, content)
+        return await asyncio.to_thread(self.write, file_path, content)
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """Files matching ``pattern`` under ``path`` (default ``/``), with Deep Agents'
+        matching rules. By default absolute paths of regular files (BaseSandbox); with
+        ``glob_paths="relative"`` paths relative to the search root, directories included
+        (``is_dir``). Stops after 5 s or 10000 matches (``truncated``).
+
+        Raises:
+            SessionError: the sandbox is closed or was lost.
+        """
+        if self._glob_paths == "absolute":
+            return super().glob(pattern, path)
+        root = path if path and path.startswith("/") else "/" + (path or "")
+        code, out, err = self._run(conventions.glob_command(pattern, root), None, _GLOB_TIMEOUT)
+        return conventions.parse_glob(code, _decode(out) if code == 0 else _decode(err) or _decode(out), root)
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """``glob`` in a worker thread.
+
+        Raises:
+            SessionError: the sandbox is closed or was lost.
+        """
+        if self._glob_paths == "absolute":
+            return await super().aglob(pattern, path)
+        return await asyncio.to_thread(self.glob, pattern, path)
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         """Write each ``(path, content)`` in the sandbox, creating missing parent

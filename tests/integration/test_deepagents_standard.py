@@ -31,16 +31,13 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
 
 
-# Where langchain-tests 1.1.9 and deepagents 0.7 disagree: the suite's own mechanism, an
-# override marked xfail with the reason (strict: it fails once the two agree again).
-_OVERWRITE = ("langchain-tests 1.1.9 expects write() to refuse an existing file; deepagents 0.7's "
-              "BaseSandbox.write() creates or overwrites (its docstring)")
-_GLOB = ("langchain-tests 1.1.9 expects glob() paths relative to the search root, directories "
-         "included; deepagents 0.7's BaseSandbox.glob() returns absolute paths of regular files only")
+# Where langchain-tests 1.1.9 and Deep Agents' protocol disagree (write onto an existing
+# file; glob paths relative or absolute, directories or not), the suite's conventions are
+# PysandboxSandbox's opt-in ones: overwrite=False, glob_paths="relative".
 
 
 def _sandbox(backend: str):
-    sandbox = PysandboxSandbox(backend=backend, env=_env())
+    sandbox = PysandboxSandbox(backend=backend, env=_env(), overwrite=False, glob_paths="relative")
     try:
         yield sandbox
     finally:
@@ -48,34 +45,7 @@ def _sandbox(backend: str):
 
 
 class _PysandboxStandard(SandboxIntegrationTests):
-
-    @pytest.mark.xfail(reason=_OVERWRITE, strict=True)
-    def test_write_existing_file_fails(self, sandbox_backend, sandbox_test_root):
-        super().test_write_existing_file_fails(sandbox_backend, sandbox_test_root)
-
-    @pytest.mark.xfail(reason=_GLOB, strict=True)
-    def test_glob(self, sandbox_backend, sandbox_test_root):
-        super().test_glob(sandbox_backend, sandbox_test_root)
-
-    @pytest.mark.xfail(reason=_GLOB, strict=True)
-    def test_glob_basic_pattern(self, sandbox_backend, sandbox_test_root):
-        super().test_glob_basic_pattern(sandbox_backend, sandbox_test_root)
-
-    @pytest.mark.xfail(reason=_GLOB, strict=True)
-    def test_glob_with_directories(self, sandbox_backend, sandbox_test_root):
-        super().test_glob_with_directories(sandbox_backend, sandbox_test_root)
-
-    @pytest.mark.xfail(reason=_GLOB, strict=True)
-    def test_glob_hidden_files_explicitly(self, sandbox_backend, sandbox_test_root):
-        super().test_glob_hidden_files_explicitly(sandbox_backend, sandbox_test_root)
-
-    @pytest.mark.xfail(reason=_GLOB, strict=True)
-    def test_glob_with_character_class(self, sandbox_backend, sandbox_test_root):
-        super().test_glob_with_character_class(sandbox_backend, sandbox_test_root)
-
-    @pytest.mark.xfail(reason=_GLOB, strict=True)
-    def test_glob_with_question_mark(self, sandbox_backend, sandbox_test_root):
-        super().test_glob_with_question_mark(sandbox_backend, sandbox_test_root)
+    pass
 
 
 @pytest.mark.requires("native")
