@@ -10,6 +10,8 @@ A call a session cannot express takes the one-shot path, and is counted (listed 
 end of the run, so a fallback never hides silently):
   * ``on_start=`` / ``close_in_setup=``: hooks into a one-shot launch's setup;
   * a policy without a pid namespace: a session needs its server as pid 1;
+  * a policy without procfs at /proc: the server is exec'd through /proc/self/fd and
+    reads /proc/1/task/1/children;
   * ``policy.as_pid_1``: the command itself as pid 1 is what such a test is about; a
     session's commands never are (the server is).
 Tests whose subject is one-shot only carry ``pytest.mark.one_shot_only(reason)`` and are
@@ -38,6 +40,8 @@ def _fallback_reason(policy, kwargs) -> str | None:
     policy = policy if policy is not None else pysandbox.Policy.default()
     if "pid" not in policy.namespaces:
         return "policy without a pid namespace"
+    if not any(isinstance(op, pysandbox.Proc) and op.dest == "/proc" for op in policy.fs):
+        return "policy without procfs at /proc"
     if policy.as_pid_1:
         return "policy.as_pid_1"
     return None
