@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 
+from . import plan as P
 from . import session_proto as W
 from ._popen import RemotePopen
 from .errors import PolicyError, Reason, SessionError
@@ -263,6 +264,12 @@ class Sandbox:
             raise PolicyError("a session needs a pid namespace (its server is the pid 1 that ends every "
                               "command's descendants)", Reason.CONFLICTING_OPTIONS, "namespaces")
         self.plan = compiled(self.policy)
+        ops = self.plan.mount_ops
+        if not any(isinstance(op, P.MountProc) and op.dest == "/proc" and not P.shadowed(i, ops)
+                   for i, op in enumerate(ops)):
+            raise SessionError("a session's server is exec'd through /proc/self/fd and ends a command's "
+                               "descendants through /proc: the policy needs Proc('/proc')",
+                               Reason.SESSION_UNAVAILABLE)
         self.id = "psb-" + uuid.uuid4().hex[:12]
         self._env_cache = None
         try:
