@@ -62,6 +62,8 @@ PSB_START(psb_session_main);
 #define NR_SIGNALFD4 289
 #define NR_PIPE2 293
 #define NR_CLOSE_RANGE 436
+#define NR_PTRACE 101
+#define PTRACE_DETACH 17
 #else
 #error "psb_session: unsupported architecture"
 #endif
@@ -332,9 +334,12 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
     unsigned long set = (1UL << (SIGCHLD - 1)) | (1UL << (SIG_RELAY - 1));
     for (int alive = 1; alive;) {
         long r;
-        while ((r = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0)
-            if (r == pid)
+        while ((r = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0) {
+            if ((st & 0xff) == 0x7f)   /* a ptrace stop (PTRACE_TRACEME), not an exit */
+                sys6(NR_PTRACE, PTRACE_DETACH, r, 0, (st >> 8) & 0xff, 0, 0);
+            else if (r == pid)
                 cst = st, alive = 0;
+        }
         if (r == -ECHILD)
             alive = 0;
         if (!alive)

@@ -158,6 +158,10 @@ while True:
             p = 0
         if p == 0:
             break
+        if os.WIFSTOPPED(st):
+            # a ptrace stop (a child's PTRACE_TRACEME made us its tracer), not an exit
+            libc.ptrace(17, p, 0, os.WSTOPSIG(st))
+            continue
         if p == pid:
             put(st & 0xffffffff)
             os._exit(os.waitstatus_to_exitcode(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
