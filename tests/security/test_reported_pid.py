@@ -1,0 +1,138 @@
+"""The sandbox's pid 1 (what pybwrap's --info-fd reports as ``child-pid``) against a
+hostile command (THREAT_MODEL.md, "ptrace and signals" and "exit status" rows).
+
+Where the kernel has Landlock the command runs in a Landlock domain of its own and the
+init is dumpable, so its owner can read ``/proc/PID/environ`` and open
+``/proc/PID/ns/*`` as with bwrap (tests/compat/test_enter.py). Landlock refuses every
+ptrace access check from inside a domain to a process outside it: each attack below
+is refused, also to a command that keeps CAP_SYS_PTRACE in its user namespace (which
+an undumpable init alone does not stop), with a live control: the same attack on the
+command's own child succeeds. Without Landlock the init is undumpable as before.
+
+A command can also make pid 1 its tracer (PTRACE_TRACEME needs no permission): the
+stops that follow must never be reported as its exit status.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import pysandbox
+from tests.security import oracles
+
+pytestmark = pytest.mark.requires("userns")
+
+ATTACKS = oracles.PRELUDE + r'''
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+libc.syscall.restype = ctypes.c_long
+def check(r):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+def seize(pid):
+    step("ptrace")
+    check(libc.ptrace(0x4206, pid, None, None))
+    libc.ptrace(17, pid, None, None)
+def mem(pid):
+    step("open")
+    with open(f"/proc/{pid}/mem", "rb"):
+        pass
+def environ(pid):
+    step("open")
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return len(f.read())
+def fds(pid):
+    # the numbers may be listed by owner (DAC); what they name must not be reachable
+    step("readlink")
+    names = []
+    for n in os.listdir(f"/proc/{pid}/fd"):
+        names.append(os.readlink(f"/proc/{pid}/fd/{n}"))
+    return names
+def getfd(pid):
+    step("pidfd_open")
+    pfd = check(libc.syscall(434, pid, 0))
+    try:
+        step("pidfd_getfd")
+        got = []
+        for target in range(0, 8):
+            fd = libc.syscall(438, pfd, target, 0)
+            if fd >= 0:
+                os.close(fd)
+                got.append(target)
+            elif ctypes.get_errno() != 9:   # EBADF: no such descriptor; anything else is the answer
+                check(fd)
+        if not got:
+            raise OSError(9, "no descriptor at all")
+        return got
+    finally:
+        os.close(pfd)
+def vm_read(pid):
+    class iovec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+    buf = ctypes.create_string_buffer(8)
+    local = iovec(ctypes.cast(buf, ctypes.c_void_p), 8)
+    remote = iovec(0x1000, 8)   # unmapped: EFAULT once the access itself is allowed
+    step("process_vm_readv")
+    if libc.syscall(310, pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) < 0:
+        e = ctypes.get_errno()
+        if e != 14:
+            raise OSError(e, os.strerror(e))
+def ns(pid):
+    step("open")
+    os.close(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY))
+ATTACKS = {"seize": seize, "mem": mem, "environ": environ, "fd": fds, "pidfd_getfd": getfd,
+           "process_vm_readv": vm_read, "ns": ns}
+RESULTS["ppid"] = os.getppid()
+kid = os.fork()
+if kid == 0:
+    time.sleep(60)
+    os._exit(0)
+for name, fn in ATTACKS.items():
+    for pid in sorted({1, os.getppid()}):
+        attempt(f"{name}_{pid}", lambda: fn(pid))
+    attempt(f"{name}_child", lambda: fn(kid))   # live control
+os.kill(kid, 9)
+os.waitpid(kid, 0)
+done()
+'''
+
+NAMES = ("seize", "mem", "environ", "fd", "pidfd_getfd", "process_vm_readv", "ns")
+
+
+@pytest.mark.parametrize("caps", [(), ("sys_ptrace",)], ids=["no-caps", "cap-sys-ptrace"])
+def test_pid1_unreachable_from_the_command(backend, tmp_path, caps):
+    policy = pysandbox.Policy.default(workdir=tmp_path).replace(caps_keep=caps)
+    res = oracles.run_probe(ATTACKS, policy, backend)
+    assert res["_returncode"] == 0, res["_stderr"]
+    for name in NAMES:
+        assert res[f"{name}_child"]["ok"], (name, res[f"{name}_child"])   # the control
+        for pid in sorted({1, res["ppid"]}):
+            got = res[f"{name}_{pid}"]
+            assert got["ok"] is False and got["errname"] in ("EPERM", "EACCES"), (name, pid, got)
+
+
+TRACEME = r'''
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+if libc.ptrace(0, 0, None, None) != 0:   # PTRACE_TRACEME: our parent becomes our tracer
+    sys.exit(3)
+os.kill(os.getpid(), int(sys.argv[1]))    # a signal-delivery stop, reported to the tracer
+sys.exit(7)
+'''
+
+
+@pytest.mark.parametrize("sig,expected", [(12, -12), (28, 7)], ids=["SIGUSR2", "SIGWINCH"])
+def test_ptrace_stops_are_not_the_exit_status(backend, tmp_path, sig, expected):
+    """SIGUSR2 kills once the stop is let go (-12); SIGWINCH is ignored and the command
+    goes on to exit 7. Before, the stop itself was reported (the launcher raised)."""
+    done = pysandbox.run([sys.executable, "-I", "-c", TRACEME, str(sig)],
+                         policy=pysandbox.Policy.default(workdir=tmp_path), backend=backend,
+                         capture_output=True, timeout=oracles.PROBE_TIMEOUT)
+    assert done.returncode == expected, done.stderr.decode(errors="replace")
