@@ -15,6 +15,11 @@
  *   -s FD         install the classic BPF program read from FD (in the command only)
  *   -c MASK       the capabilities the command keeps (hex); all others are dropped
  *                 from every set and the bounding set (needs CAP_SETPCAP)
+ *   -L            put the command in a Landlock domain of its own before its exec
+ *                 (native/psb_landlock.c says why) and make this init dumpable, so
+ *                 its owner can read /proc/PID/environ and open /proc/PID/ns/* (what
+ *                 flatpak enter does with bwrap's child-pid) while nothing in the
+ *                 sandbox can reach it, whatever capabilities the command keeps
  *   -x            exec mode: no fork; after the setup, write STARTED and exec the
  *                 command in this process (as_pid_1, or no pid namespace); an exec
  *                 failure is FAILED after STARTED and exit 126
@@ -54,6 +59,10 @@ PSB_START(psb_binit_main);
 #define NR_STATFS 137
 #define NR_PIPE2 293
 #define NR_UNSHARE 272
+#define NR_OPEN 2
+#define NR_LANDLOCK_CREATE_RULESET 444
+#define NR_LANDLOCK_ADD_RULE 445
+#define NR_LANDLOCK_RESTRICT_SELF 446
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -108,6 +117,7 @@ PSB_START(psb_binit_main);
 #define F_EXEC 7
 #define F_FORK 8
 #define F_LIFELINE 9
+#define F_LANDLOCK 10
 
 struct kstat {   /* x86_64 struct stat */
     unsigned long st_dev, st_ino, st_nlink;
@@ -126,6 +136,27 @@ struct pollfd { int fd; short events, revents; };
 #define FILTER_BYTES (4096 * 8)   /* BPF_MAXINSNS instructions */
 static unsigned char filters[MAX_FILTERS][FILTER_BYTES + 8];
 static unsigned short filter_len[MAX_FILTERS];
+
+/* Runs in the command's process (no_new_privs set by bwrap): a Landlock domain whose
+ * one handled right (making a block device) is granted again beneath /. 0 or -errno. */
+static long landlock_self(void)
+{
+    unsigned long handled = 1UL << 11;   /* LANDLOCK_ACCESS_FS_MAKE_BLOCK */
+    long rs = sys6(NR_LANDLOCK_CREATE_RULESET, (long)&handled, sizeof handled, 0, 0, 0, 0);
+    if (rs < 0)
+        return rs;
+    long root = sys6(NR_OPEN, (long)"/", 010000000 | 0200000 | O_CLOEXEC /* O_PATH|O_DIRECTORY */, 0, 0, 0, 0);
+    long r = root;
+    if (root >= 0) {
+        struct __attribute__((packed)) { unsigned long allowed; int parent_fd; } rule = { handled, (int)root };
+        r = sys6(NR_LANDLOCK_ADD_RULE, rs, 1 /* LANDLOCK_RULE_PATH_BENEATH */, (long)&rule, 0, 0, 0);
+        if (r == 0)
+            r = sys6(NR_LANDLOCK_RESTRICT_SELF, rs, 0, 0, 0, 0, 0);
+        sys6(NR_CLOSE, root, 0, 0, 0, 0, 0);
+    }
+    sys6(NR_CLOSE, rs, 0, 0, 0, 0, 0);
+    return r;
+}
 
 static void __attribute__((noreturn)) quit(int code)
 {
@@ -203,7 +234,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long i = 3;
     int nfilters = 0;
     long capmask = -1;
-    int exec_mode = 0;
+    int exec_mode = 0, landlock = 0;
     for (; i < argc && !streq(argv[i], "--"); i++) {
         const char *o = argv[i];
         if (streq(o, "-N")) {
@@ -258,6 +289,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             filter_len[nfilters++] = (unsigned short)(got / 8);
         } else if (streq(o, "-x")) {
             exec_mode = 1;
+        } else if (streq(o, "-L")) {
+            landlock = 1;
         } else if (streq(o, "-c") && i + 1 < argc) {
             capmask = parse(argv[++i], 16);
             if (capmask < 0)
@@ -331,6 +364,11 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
         sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
         long err = 0;
+        if (landlock) {
+            long e = landlock_self();
+            if (e < 0)
+                err = (F_LANDLOCK << 16) | (-e & 0xffff);
+        }
         for (int k = 0; k < nfilters && err == 0; k++) {
             struct sock_fprog prog = { filter_len[k], filters[k] };
             long e = sys6(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog, 0, 0, 0);
@@ -347,6 +385,10 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
     }
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
+    /* The command's process runs only our code until its exec, after its Landlock
+     * domain: from then on nothing of the sandbox can reach us. */
+    if (landlock)
+        sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     unsigned int err = 0;
     long got = 0;
     while ((r = sys6(NR_READ, epipe[0], (long)&err, sizeof err, 0, 0, 0)) == -4 /* EINTR */)

@@ -15,12 +15,15 @@ stops that follow must never be reported as its exit status.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
 
 import pysandbox
 from tests.security import oracles
+from tests.support import host_capability, need
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -136,3 +139,32 @@ def test_ptrace_stops_are_not_the_exit_status(backend, tmp_path, sig, expected):
                          policy=pysandbox.Policy.default(workdir=tmp_path), backend=backend,
                          capture_output=True, timeout=oracles.PROBE_TIMEOUT)
     assert done.returncode == expected, done.stderr.decode(errors="replace")
+
+
+def test_the_owner_reads_pid1_as_with_bwrap(backend, tmp_path):
+    """The other side of the line: the caller (the sandbox's owner, root or not) reads
+    pid 1's environment and opens its namespaces, as flatpak enter does with bwrap's
+    child-pid (tests/compat/test_enter.py compares with /usr/bin/bwrap itself)."""
+    why = host_capability("landlock")
+    if why is not None:
+        need("landlock", why + ": pid 1 stays undumpable there (documented)")
+    pids: list = []
+    policy = pysandbox.Policy.default(workdir=tmp_path)
+    env = dict(os.environ, PSB_OWNER_MARK="seen")
+    with pysandbox.Popen(["sh", "-c", "echo ready; read x"], policy=policy, backend=backend, env=env,
+                         on_start=pids.append, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout.readline() == b"ready\n"
+            pid = pids[0]
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+            opened = []
+            for name in ("user", "mnt", "pid", "net", "ipc", "uts"):
+                os.close(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY))
+                opened.append(name)
+        finally:
+            proc.stdin.write(b"done\n")
+            proc.stdin.close()
+    assert proc.returncode == 0
+    assert b"PSB_OWNER_MARK=seen" in environ
+    assert len(opened) == 6
