@@ -3,9 +3,10 @@ side by side, as the caller that started the sandbox (root or not).
 
 flatpak enter (app/flatpak-builtins-enter.c) reads ``/proc/PID/environ``, ``cwd`` and
 ``root`` of the reported ``child-pid``, opens ``/proc/PID/ns/*``, setns()s into each,
-chdir()s, chroot()s and runs a command there. :data:`ENTER` does exactly that (the
-user namespace first, as flatpak does through its ``user_base`` step, which an
-unprivileged caller needs before the others). pybwrap's reported process is its init,
+chdir()s, chroot()s and runs a command there. :data:`ENTER` does exactly that, in flatpak's order: first
+``user_base``, the user namespace owning the others (flatpak finds it through a bind at
+``/run/.userns``; here the NS_GET_USERNS ioctl, which flatpak's comment names as the
+same), then ipc, net, pid, mnt and the process's own user namespace. pybwrap's reported process is its init,
 dumpable now that the command sits in a Landlock domain that cannot reach it
 (tests/security/test_reported_pid.py); without Landlock the init stays undumpable and
 its owner cannot read its environment (the negative twin below).
@@ -34,13 +35,27 @@ environ = open(f"/proc/{pid}/environ", "rb").read()
 out["environ"] = [e.decode() for e in environ.split(b"\0") if e]
 cwd = os.readlink(f"/proc/{pid}/cwd")
 root = os.readlink(f"/proc/{pid}/root")
-fds = []
-for name in ("user", "ipc", "net", "uts", "pid", "mnt"):
-    path = f"/proc/{pid}/ns/{name}"
-    if os.stat(path).st_ino == os.stat(f"/proc/self/ns/{name}").st_ino:
-        continue   # flatpak: no need to setns to the same namespace
-    fds.append((name, os.open(path, os.O_RDONLY)))
+# flatpak's "user_base": the user namespace that owns the others (bwrap may have put the
+# command in a second one inside it); flatpak finds it through a bind at /run/.userns,
+# its comment names the NS_GET_USERNS ioctl as the same thing.
+mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY)
+base = libc.ioctl(mnt, 0xb701)   # NS_GET_USERNS
+os.close(mnt)
+if base < 0:
+    raise OSError(ctypes.get_errno(), "NS_GET_USERNS")
+base_ino = os.fstat(base).st_ino
+mine = {n: os.stat(f"/proc/self/ns/{n}") for n in ("user", "ipc", "net", "uts", "pid", "mnt")}
+fds = [("user_base", base)]
+for name in ("ipc", "net", "uts", "pid", "mnt", "user"):
+    fds.append((name, os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY)))
 for name, fd in fds:
+    st, own = os.fstat(fd), mine[name.split("_")[0]]
+    if name == "user" and st.st_ino == base_ino:
+        os.close(fd)
+        continue   # flatpak: bwrap made no second user namespace
+    if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+        os.close(fd)
+        continue   # flatpak: no need to setns to the same namespace (it only fails)
     if libc.setns(fd, 0) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"setns {name}: {os.strerror(e)}")
