@@ -16,7 +16,7 @@
  *   -c MASK       the capabilities the command keeps (hex); all others are dropped
  *                 from every set and the bounding set (needs CAP_SETPCAP)
  *   -L            put the command in a Landlock domain of its own before its exec
- *                 (native/psb_landlock.c says why) and make this init dumpable, so
+ *                 (native/psb_landlock.h says why) and make this init dumpable, so
  *                 its owner can read /proc/PID/environ and open /proc/PID/ns/* (what
  *                 flatpak enter does with bwrap's child-pid) while nothing in the
  *                 sandbox can reach it, whatever capabilities the command keeps
@@ -38,6 +38,7 @@
 
 #if defined(__x86_64__)
 #include "psb_pid1.h"
+#include "psb_landlock.h"
 PSB_START(psb_binit_main);
 
 #define NR_READ 0
@@ -59,10 +60,6 @@ PSB_START(psb_binit_main);
 #define NR_STATFS 137
 #define NR_PIPE2 293
 #define NR_UNSHARE 272
-#define NR_OPEN 2
-#define NR_LANDLOCK_CREATE_RULESET 444
-#define NR_LANDLOCK_ADD_RULE 445
-#define NR_LANDLOCK_RESTRICT_SELF 446
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -136,27 +133,6 @@ struct pollfd { int fd; short events, revents; };
 #define FILTER_BYTES (4096 * 8)   /* BPF_MAXINSNS instructions */
 static unsigned char filters[MAX_FILTERS][FILTER_BYTES + 8];
 static unsigned short filter_len[MAX_FILTERS];
-
-/* Runs in the command's process (no_new_privs set by bwrap): a Landlock domain whose
- * one handled right (making a block device) is granted again beneath /. 0 or -errno. */
-static long landlock_self(void)
-{
-    unsigned long handled = 1UL << 11;   /* LANDLOCK_ACCESS_FS_MAKE_BLOCK */
-    long rs = sys6(NR_LANDLOCK_CREATE_RULESET, (long)&handled, sizeof handled, 0, 0, 0, 0);
-    if (rs < 0)
-        return rs;
-    long root = sys6(NR_OPEN, (long)"/", 010000000 | 0200000 | O_CLOEXEC /* O_PATH|O_DIRECTORY */, 0, 0, 0, 0);
-    long r = root;
-    if (root >= 0) {
-        struct __attribute__((packed)) { unsigned long allowed; int parent_fd; } rule = { handled, (int)root };
-        r = sys6(NR_LANDLOCK_ADD_RULE, rs, 1 /* LANDLOCK_RULE_PATH_BENEATH */, (long)&rule, 0, 0, 0);
-        if (r == 0)
-            r = sys6(NR_LANDLOCK_RESTRICT_SELF, rs, 0, 0, 0, 0, 0);
-        sys6(NR_CLOSE, root, 0, 0, 0, 0, 0);
-    }
-    sys6(NR_CLOSE, rs, 0, 0, 0, 0, 0);
-    return r;
-}
 
 static void __attribute__((noreturn)) quit(int code)
 {
@@ -365,7 +341,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
         long err = 0;
         if (landlock) {
-            long e = landlock_self();
+            long e = psb_landlock_self();
             if (e < 0)
                 err = (F_LANDLOCK << 16) | (-e & 0xffff);
         }

@@ -7,7 +7,7 @@
  * blocked (inherited across exec): argv = {"psb-init", <command pid>, <status fd>,
  * <forwarded signal mask>, <dumpable>} (bit N-1: signal N; the set is chosen in
  * Python; dumpable "1" only when the command is in a Landlock domain that cannot
- * reach us, native/psb_landlock.c: then our owner may read /proc/PID/environ and
+ * reach us, native/psb_landlock.h: then our owner may read /proc/PID/environ and
  * open /proc/PID/ns/*, as with bwrap's pid 1).
 psb_pid1_loop (native/psb_pid1.h) reaps, forwards the signals of the mask to the
  * command, writes its raw wait status to the status fd and exits with its code
