@@ -17,7 +17,7 @@
  *                 from every set and the bounding set (needs CAP_SETPCAP)
  *   -L            put the command in a Landlock domain of its own before its exec
  *                 (native/psb_landlock.h says why) and make this init dumpable, so
- *                 its owner can read /proc/PID/environ and open /proc/PID/ns/* (what
+ *                 its owner can read /proc/PID/environ and open /proc/PID/ns/ (what
  *                 flatpak enter does with bwrap's child-pid) while nothing in the
  *                 sandbox can reach it, whatever capabilities the command keeps
  *   -x            exec mode: no fork; after the setup, write STARTED and exec the

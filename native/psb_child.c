@@ -118,7 +118,7 @@ static void psb_exec_init(struct psb_child *c, int i)
     /* Dumpable only when the command enters a Landlock domain before its exec (an op
      * after ours): then nothing it starts can reach us (native/psb_landlock.h), and our
      * owner can read /proc/PID/environ (the command's environment, passed here for
-     * that) and /proc/PID/ns/* as with bwrap's pid 1. Until that exec the command's
+     * that) and /proc/PID/ns/ as with bwrap's pid 1. Until that exec the command's
      * process runs only our code: no window. */
     int dumpable = 0;
     for (int k = i + 1; k < c->plan->nops; k++) {

@@ -7,7 +7,7 @@
  * process inside a domain to one outside it or in an unrelated domain: ptrace,
  * /proc/PID/{mem,environ,fd,map_files,cwd,root,ns}, pidfd_getfd,
  * process_vm_readv/writev, kcmp. Our init stays outside the command's domain, so it
- * may be dumpable (its owner reads /proc/PID/environ and opens /proc/PID/ns/*, as
+ * may be dumpable (its owner reads /proc/PID/environ and opens its namespaces, as
  * flatpak enter does with bwrap's child-pid) while nothing the command starts can
  * reach it, whatever its uid and capabilities (an undumpable init alone does not stop
  * a command that keeps CAP_SYS_PTRACE in the sandbox's user namespace). The domain
@@ -23,14 +23,14 @@
 #include <errno.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-static long psb_ll_sys(long n, long a, long b, long c)
+static long psb_ll_sys(long n, long a, long b, long c, long d)
 {
-    long r = syscall(n, a, b, c);
+    long r = syscall(n, a, b, c, d);   /* every argument given: syscall() is variadic */
     return r < 0 ? -errno : r;
 }
 #else
 #include "psb_freestanding.h"
-#define psb_ll_sys(n, a, b, c) sys6((n), (a), (b), (c), 0, 0, 0)
+#define psb_ll_sys(n, a, b, c, d) sys6((n), (a), (b), (c), (d), 0, 0)
 #endif
 
 #define PSB_NR_OPENAT 257                      /* x86_64 */
@@ -45,30 +45,30 @@ static long psb_ll_sys(long n, long a, long b, long c)
 static long __attribute__((unused)) psb_landlock_self(void)
 {
     unsigned long handled = PSB_LANDLOCK_ACCESS_FS_MAKE_BLOCK;   /* struct landlock_ruleset_attr, ABI 1 */
-    long rs = psb_ll_sys(PSB_NR_LANDLOCK_CREATE_RULESET, (long)&handled, sizeof handled, 0);
+    long rs = psb_ll_sys(PSB_NR_LANDLOCK_CREATE_RULESET, (long)&handled, sizeof handled, 0, 0);
     if (rs < 0)
         return rs;
     /* O_PATH | O_DIRECTORY | O_CLOEXEC */
-    long root = psb_ll_sys(PSB_NR_OPENAT, -100 /* AT_FDCWD */, (long)"/", 010000000 | 0200000 | 02000000);
+    long root = psb_ll_sys(PSB_NR_OPENAT, -100 /* AT_FDCWD */, (long)"/", 010000000 | 0200000 | 02000000, 0);
     long r = root;
     if (root >= 0) {
         struct __attribute__((packed)) {
             unsigned long allowed_access;
             int parent_fd;
         } rule = { handled, (int)root };
-        r = psb_ll_sys(PSB_NR_LANDLOCK_ADD_RULE, rs, PSB_LANDLOCK_RULE_PATH_BENEATH, (long)&rule);
+        r = psb_ll_sys(PSB_NR_LANDLOCK_ADD_RULE, rs, PSB_LANDLOCK_RULE_PATH_BENEATH, (long)&rule, 0);
         if (r == 0)
-            r = psb_ll_sys(PSB_NR_LANDLOCK_RESTRICT_SELF, rs, 0, 0);
-        psb_ll_sys(PSB_NR_CLOSE, root, 0, 0);
+            r = psb_ll_sys(PSB_NR_LANDLOCK_RESTRICT_SELF, rs, 0, 0, 0);
+        psb_ll_sys(PSB_NR_CLOSE, root, 0, 0, 0);
     }
-    psb_ll_sys(PSB_NR_CLOSE, rs, 0, 0);
+    psb_ll_sys(PSB_NR_CLOSE, rs, 0, 0, 0);
     return r;
 }
 
 /* The Landlock ABI version (>= 1), or 0 without Landlock. Any process. */
 static long __attribute__((unused)) psb_landlock_version(void)
 {
-    long v = psb_ll_sys(PSB_NR_LANDLOCK_CREATE_RULESET, 0, 0, PSB_LANDLOCK_CREATE_RULESET_VERSION);
+    long v = psb_ll_sys(PSB_NR_LANDLOCK_CREATE_RULESET, 0, 0, PSB_LANDLOCK_CREATE_RULESET_VERSION, 0);
     return v > 0 ? v : 0;
 }
 
