@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
-from tests.compat.harness import PYBWRAP
+from tests.compat.harness import BWRAP, PYBWRAP
 from tests.compat.test_launch import ENV, tool  # noqa: F401  (the side-by-side fixture)
 from tests.support import host_capability, need
 
@@ -145,3 +146,30 @@ def test_without_landlock_the_init_stays_undumpable():
         assert environ == b""          # root reads anything: the init just carries no environment
     else:
         assert environ is None         # the owner is refused, as before this change
+
+
+def test_real_flatpak_enter_goes_as_far_as_with_bwrap():
+    """flatpak 1.14 itself (``flatpak enter PID COMMAND``) on each tool's child-pid: the
+    same outcome. As root both enter; unprivileged, both stop at the same setns (a plain
+    sandbox has no /run/.userns for flatpak's user_base step), no longer at pybwrap's
+    /proc/PID/environ (the failure this replaces)."""
+    flatpak = shutil.which("flatpak", path="/usr/bin:/bin")
+    if flatpak is None:
+        need("flatpak", "flatpak is not installed (.ci/run installs it)")
+    why = host_capability("landlock")
+    if why is not None:
+        need("landlock", why + ": pybwrap's init stays undumpable there (documented)")
+    outcome = {}
+    for name, tool in (("bwrap", [BWRAP]), ("pybwrap", PYBWRAP)):
+        proc, info = _sandbox(tool)
+        try:
+            done = subprocess.run([flatpak, "enter", str(info["child-pid"]), "cat", "/tmp/inside"],
+                                  capture_output=True, timeout=60, env=ENV)
+        finally:
+            _finish(proc)
+        pid_text = str(info["child-pid"]).encode()
+        outcome[name] = (done.returncode, done.stdout, done.stderr.replace(pid_text, b"PID"))
+    assert outcome["pybwrap"] == outcome["bwrap"]
+    if os.geteuid() == 0:
+        assert outcome["bwrap"][:2] == (0, b"here\n")
+    assert b"environ" not in outcome["pybwrap"][2]
