@@ -40,7 +40,10 @@ MARKER = f"psb-soak-{uuid.uuid4().hex}"   # $0 of every soak command: survivors 
 
 
 def _argv(i: int) -> list[str]:
-    return ["/bin/sh", "-c", f"exit {_expected(i)}", MARKER]
+    # Each command also leaves a file in its /dev/shm: the sandbox's own, so the host's
+    # /dev/shm must not gain it (leaks.SHM_MARKERS counts names under leaks.SHM_TAG).
+    shm = f"/dev/shm/{leaks.SHM_TAG}-{MARKER}-{i}"
+    return ["/bin/sh", "-c", f": > {shm} || exit 99; exit {_expected(i)}", MARKER]
 
 
 def test_sequential(backend, private_tmp):
