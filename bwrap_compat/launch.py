@@ -17,6 +17,7 @@ from pysandbox.errors import BwrapArgumentError, Reason
 from pysandbox.lifecycle import exit_status
 from pysandbox.process import Popen, compiled
 
+from .lifeline import bind_to_parent
 from .mapping import to_policy
 from .args import BwrapArgs
 
@@ -118,8 +119,11 @@ def json_status_document(pid: int, ids) -> str:
     return "{ \"child-pid\": %i" % pid + "".join(", \"%s-namespace\": %d" % i for i in ids) + " }\n"
 
 
-def run(args: BwrapArgs, backend: str = "native") -> int:
+def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None) -> int:
     """Launch ``args`` (already :func:`~bwrap_compat.parser.check`-ed) and wait for it.
+
+    ``parent_pid``: this process is pybwrap itself, started by ``parent_pid``; with
+    ``--die-with-parent`` it then dies with that parent (before any lock is taken).
 
     Returns the exit status bwrap would return. Raises:
         SandboxError: any setup failure (printed as ``bwrap: <message>``, exit 1).
@@ -132,6 +136,8 @@ def run(args: BwrapArgs, backend: str = "native") -> int:
     plan = compiled(policy)
     if args.chdir is not None:
         _check_chdir(policy.chdir, args.chdir, plan)
+    if args.die_with_parent and parent_pid is not None:
+        bind_to_parent(parent_pid)
     locks = take_locks(compat.lock_files, plan)
     pass_fds = inherited_fds(set(compat.consumed_fds) | set(locks))
     # The executor reads (and closes, in the sandbox) --block-fd and --userns-block-fd.
