@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from tests.compat.harness import BWRAP, PYBWRAP
-from tests.support import host_capability, need, not_applicable
+from tests.compat.harness import require_tools
+from tests.support import need, not_applicable
 
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}
 CAP_KEYS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
@@ -25,12 +25,7 @@ CAP_KEYS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 def root_tools():
     if os.geteuid() != 0:
         not_applicable("root-only: bwrap's capability rules for uid 0")
-    why = host_capability("native")
-    if why is not None:
-        need("native", why)
-    if not os.access(BWRAP, os.X_OK):
-        need("bwrap", f"{BWRAP} is missing")
-    return {"bwrap": [BWRAP], "pybwrap": PYBWRAP}
+    return require_tools()
 
 
 def _caps(tool, args) -> dict:

@@ -12,7 +12,7 @@ import time
 
 from tests.compat.harness import PYBWRAP
 from tests.compat.test_launch import ENV, _write_lock_blocked, tool  # noqa: F401  (fixture)
-from tests.support import host_capability, need
+from tests.support import host_capability, need, wait_until
 
 WAIT = 60.0
 
@@ -29,15 +29,6 @@ def _gone(pid: int) -> bool:
 def _ppid(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _until(pred, timeout=WAIT) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def _start_under_shell(tool, lock, die_with_parent: bool):
@@ -67,9 +58,9 @@ def test_die_with_parent_ends_bwrap_when_its_parent_is_killed(tool, tmp_path):
     try:
         assert _write_lock_blocked(lock)                     # held while it runs
         _kill_shell(shell)
-        assert _until(lambda: _gone(tool_pid)), f"{tool[0]} outlived its parent"
-        assert _until(lambda: _gone(inner)), "the sandboxed command outlived bwrap"
-        assert _until(lambda: not _write_lock_blocked(lock)), "the lock is still held"
+        assert wait_until(lambda: _gone(tool_pid), WAIT), f"{tool[0]} outlived its parent"
+        assert wait_until(lambda: _gone(inner), WAIT), "the sandboxed command outlived bwrap"
+        assert wait_until(lambda: not _write_lock_blocked(lock), WAIT), "the lock is still held"
     finally:
         for pid in (tool_pid, inner):
             if not _gone(pid):
@@ -85,7 +76,7 @@ def test_without_die_with_parent_bwrap_outlives_its_parent(tool, tmp_path):
         _kill_shell(shell)
         # Reparenting and a parent-death signal happen in the same step of the
         # shell's exit, which has been reaped: a signal would already be pending.
-        assert _until(lambda: _gone(tool_pid) or _ppid(tool_pid) != shell.pid)
+        assert wait_until(lambda: _gone(tool_pid) or _ppid(tool_pid) != shell.pid, WAIT)
         time.sleep(0.5)
         assert not _gone(tool_pid)
         assert not _gone(inner)
@@ -94,7 +85,7 @@ def test_without_die_with_parent_bwrap_outlives_its_parent(tool, tmp_path):
         for pid in (tool_pid, inner):   # ours, by pid
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
-    assert _until(lambda: not _write_lock_blocked(lock))
+    assert wait_until(lambda: not _write_lock_blocked(lock), WAIT)
 
 
 def test_bind_to_parent_refuses_a_thread_other_than_main():

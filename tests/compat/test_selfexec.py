@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.compat.harness import BWRAP, PYBWRAP, error_class
-from tests.support import host_capability, need
+from tests.compat.harness import error_class, require_tools
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C", "HOME": "/"}
 OUTER = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
@@ -20,12 +19,7 @@ OUTER = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
 
 @pytest.fixture
 def tools():
-    why = host_capability("native")
-    if why is not None:
-        need("native", why)
-    if not os.access(BWRAP, os.X_OK):
-        need("bwrap", f"{BWRAP} is missing")
-    return {"bwrap": [BWRAP], "pybwrap": PYBWRAP}
+    return require_tools()
 
 
 def _run(tool, args):
