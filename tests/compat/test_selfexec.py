@@ -103,3 +103,12 @@ def test_no_new_privs_holds_in_the_nested_one(tools):
     inner = ["--", "/proc/self/exe", "--ro-bind", "/", "/"] + ns + ["grep", "NoNewPrivs", "/proc/self/status"]
     rc, out, _ = _same(tools, outer + inner)
     assert (rc, out.split()) == (0, ["NoNewPrivs:", "1"])
+
+
+def test_argv0_is_the_nested_ones_argv0(tools):
+    """bwrap 0.11's --argv0 (0.8 lacks it): the nested bwrap's argv[0], shown in its usage."""
+    rc, _, err = _run(tools["pybwrap"], OUTER + ["--argv0", "mybwrap", "--", "/proc/self/exe"])
+    assert rc == 1 and err.startswith("usage: mybwrap [OPTIONS...]")
+    for tool in tools.values():                                                  # the control
+        rc, _, err = _run(tool, OUTER + ["--", "/proc/self/exe"])
+        assert rc == 1 and err.startswith("usage: /proc/self/exe [OPTIONS...]"), tool
