@@ -46,9 +46,13 @@ def usage(code: int, out) -> int:
 def main(argv=None) -> int:
     """Run bwrap's command line ``argv`` (default ``sys.argv[1:]``); returns the exit status.
 
+    Without ``argv`` this is the pybwrap process itself: ``--die-with-parent`` then also
+    binds this process to its parent, as bwrap's own (:mod:`bwrap_compat.lifeline`).
+
     Raises:
         nothing: every failure is a ``bwrap: `` message and exit status 1, as bwrap.
     """
+    parent_pid = os.getppid() if argv is None else None   # first: the lifeline's race check
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:
         print(VERSION, flush=True)
@@ -81,7 +85,7 @@ def main(argv=None) -> int:
         return die(exc.args[0])
     from .launch import run
     try:
-        return run(args, backend=os.environ.get("PYBWRAP_BACKEND", "native"))
+        return run(args, backend=os.environ.get("PYBWRAP_BACKEND", "native"), parent_pid=parent_pid)
     except SandboxError as exc:
         return die(bwrap_message(exc))
     except OSError as exc:   # from our own descriptor handling

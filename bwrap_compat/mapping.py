@@ -91,6 +91,14 @@ def caps_of(args: BwrapArgs, real_uid: int, start_caps: frozenset | None) -> fro
     return frozenset(CAP_NAMES[c] for c in caps if c < len(CAPABILITIES))
 
 
+def caps_raised(args: BwrapArgs, real_uid: int) -> bool:
+    """Whether the kept capabilities are also made inheritable and ambient. bwrap does
+    it for its requested set only after a capset, which root without --cap-add/--cap-drop
+    skips: root's sets reach the command as they were (nothing inheritable or ambient
+    for a caller that had none), with or without --unshare-user."""
+    return real_uid != 0 or bool(args.cap_ops)
+
+
 def _realpath(src: str, optional: bool) -> str | None:
     try:
         return os.path.realpath(src, strict=True)
@@ -210,6 +218,7 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
         block_fd=args.block_fd, userns_block_fd=args.userns_block_fd, userns_fd=args.userns_fd,
         pidns_fd=args.pidns_fd, userns2_fd=args.userns2_fd,
         new_session=args.new_session, as_pid_1=args.as_pid_1, caps_keep=caps_of(args, real_uid, start_caps),
+        caps_ambient=caps_raised(args, real_uid),
         allow_nested_userns=not args.disable_userns, seccomp=tuple(seccomp), argv0=args.argv0,
         allow_host_mountpoints=True)   # bwrap creates missing mount points in writable host binds
     if args.assert_userns_disabled and not args.disable_userns and host.nested_userns_possible():

@@ -171,6 +171,7 @@ class DisableUserns:
 @dataclass(frozen=True)
 class DropCapabilities:
     keep: frozenset = frozenset()   # capability names, lower case without cap_
+    ambient: bool = True            # kept ones also inheritable and ambient (Policy.caps_ambient)
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         ops.append(EnterUserns2(policy.userns2_fd))
     if not policy.allow_nested_userns:
         ops.append(DisableUserns())
-    ops.append(DropCapabilities(policy.caps_keep))
+    ops.append(DropCapabilities(policy.caps_keep, ambient=policy.caps_ambient))
     ops.append(NoNewPrivs())
     if policy.block_fd is not None:   # as bwrap: after the capability drop, before seccomp
         ops.append(WaitFd(policy.block_fd))

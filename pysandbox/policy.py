@@ -165,6 +165,9 @@ class Policy:
     new_session: bool = True
     as_pid_1: bool = False
     caps_keep: frozenset = frozenset()
+    caps_ambient: bool = True              # caps_keep also inheritable and ambient (kept across an
+                                           # exec as a non-zero uid); False: permitted/effective only
+                                           # (pybwrap: root with no --cap-add/--cap-drop, as bwrap)
     pass_fds: tuple[int, ...] = ()
     allow_nested_userns: bool = False
     seccomp: tuple[bytes, ...] = ()
@@ -214,7 +217,7 @@ class Policy:
                                   Reason.INVALID_VALUE, self.hostname)
             if "uts" not in ns:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
-        for flag in ("die_with_parent", "new_session", "as_pid_1", "allow_nested_userns",
+        for flag in ("die_with_parent", "new_session", "as_pid_1", "caps_ambient", "allow_nested_userns",
                      "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
