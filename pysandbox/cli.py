@@ -9,12 +9,11 @@ on stderr names the reason code); 126 command not executable; 127 command not fo
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import signal
 import sys
 
+from . import __version__
 from .lifecycle import KILL_GRACE, exit_status, stop
 
 EXIT_SETUP = 125
@@ -58,6 +57,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
     parser.add_argument("--verbose", "-v", action="store_true", help="log the chosen backend to stderr")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="{run,status}", parser_class=_Parser)
     sub.required = True
 
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pysandbox`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    import logging   # after --help and usage errors, which need none of it
     logging.basicConfig(format="%(message)s", level=logging.INFO if args.verbose else logging.WARNING)
     from .errors import PolicyError, SandboxError
     try:
@@ -278,6 +279,7 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
         _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
         return EXIT_SETUP
     started.append(proc)
+    import logging
     logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
     for sig in pending:
         proc.forward_signal(sig)
@@ -295,6 +297,8 @@ def _status(args) -> int:
     from .status import status
     policy = Policy.default(network=args.network)
     st = status(policy, backend=args.backend)
+    import json
+    import logging
     logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
     if args.json:
         print(json.dumps(st.to_dict(), indent=2, sort_keys=True))

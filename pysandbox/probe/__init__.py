@@ -25,8 +25,11 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
-from ..backends.base import BackendStatus, CapabilityStatus
 from ..errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # imported where used: pybwrap's parser reads probe.host, and needs no backend
+    from ..backends.base import BackendStatus
 
 ENV_BWRAP = "PYSANDBOX_BWRAP"
 ENV_ALLOW_SETUID = "PYSANDBOX_ALLOW_SETUID_BWRAP"
@@ -225,6 +228,7 @@ def backend_down(name: str, reason: str, detail: str) -> BackendStatus:
     """The status of backend ``name`` when it cannot run here at all (not found, not
     importable, refused): every capability and network mode unavailable for ``reason``
     (a Reason value) with ``detail``, except ``proxy``, which is not built yet."""
+    from ..backends.base import BackendStatus, CapabilityStatus
     caps = [CapabilityStatus(c, False, reason, detail) for c in ("user", "mount", "pid", "proc", "net", "loopback")]
     network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow")}
     network["proxy"] = CapabilityStatus("proxy", False, Reason.NETWORK_MODE_UNSUPPORTED.value,
