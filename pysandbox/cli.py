@@ -164,8 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pysandbox`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    import logging   # after --help and usage errors, which need none of it
-    logging.basicConfig(format="%(message)s", level=logging.INFO if args.verbose else logging.WARNING)
+    if args.verbose:   # else a warning reaches stderr through logging's last resort, as "%(message)s"
+        import logging
+        logging.basicConfig(format="%(message)s", level=logging.INFO)
     from .errors import PolicyError, SandboxError
     try:
         if args.cmd == "status":
@@ -279,8 +280,9 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
         _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
         return EXIT_SETUP
     started.append(proc)
-    import logging
-    logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
+    if args.verbose:
+        import logging
+        logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
     for sig in pending:
         proc.forward_signal(sig)
     try:
@@ -297,10 +299,11 @@ def _status(args) -> int:
     from .status import status
     policy = Policy.default(network=args.network)
     st = status(policy, backend=args.backend)
-    import json
-    import logging
-    logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
+    if args.verbose:
+        import logging
+        logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
     if args.json:
+        import json
         print(json.dumps(st.to_dict(), indent=2, sort_keys=True))
     else:
         print(format_status(st))
