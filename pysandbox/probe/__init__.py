@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
-import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 
 from ..errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
+from ..records import dataclass, field
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:   # imported where used: pybwrap's parser reads probe.host, and needs no backend
@@ -66,6 +64,7 @@ def run_probe(argv: list[str], *, pass_fds=(), env: dict | None = None,
     Raises:
         OSError: ``argv[0]`` cannot be executed.
     """
+    import subprocess   # here, as shutil: pybwrap's parser imports this package for probe.host
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, close_fds=True, pass_fds=tuple(pass_fds),
                             env=env if env is not None else _probe_env())
@@ -113,6 +112,7 @@ def locate_bwrap(explicit: str | None = None, *, writable=(), search_path: str |
     if named is not None:
         where = "the bwrap argument" if explicit is not None else f"${ENV_BWRAP}"
         if not os.path.isabs(named):
+            import shutil
             found = shutil.which(named, path=search_path if search_path is not None
                                  else os.environ.get("PATH", ""))
             if found is None:
