@@ -53,6 +53,23 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
+    def _get_formatter(self):   # argparse's own, with the width it would ask shutil (and bz2, lzma) for
+        return self.formatter_class(prog=self.prog, width=_columns() - 2)
+
+
+def _columns() -> int:
+    """``shutil.get_terminal_size().columns``: $COLUMNS, else the terminal's, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
