@@ -37,6 +37,9 @@ _HOME = {
                      "SandboxProcess", "TimeoutExpired", "run"), "process"),
     "status": "status", "Sandbox": "session", "SessionProcess": "session", "Pool": "pool",
 }
+# the submodules `import pysandbox` used to import, still reachable as attributes
+_SUBMODULES = frozenset(("_popen", "backends", "checks", "errors", "execpath", "fs", "lifecycle", "memfd", "ops",
+                         "plan", "policy", "pool", "process", "seccomp", "session", "session_proto", "view"))
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:   # what type checkers and IDEs read; at run time __getattr__ imports these
@@ -55,10 +58,12 @@ del TYPE_CHECKING
 
 
 def __getattr__(name: str):
+    from importlib import import_module
+    if name in _SUBMODULES:
+        return import_module(f"{__name__}.{name}")   # which sets it as an attribute here
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
     value = getattr(import_module(f"{__name__}.{home}"), name)
     globals()[name] = value
     return value

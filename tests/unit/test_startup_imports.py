@@ -74,6 +74,7 @@ def test_public_names_resolve_lazily_in_a_fresh_interpreter():
             "from pysandbox import *\n"
             "assert all(not isinstance(getattr(pysandbox, n), types.ModuleType) for n in pysandbox.__all__)\n"
             "from pysandbox.status import Status\n"
+            "assert pysandbox.plan.Plan and pysandbox.errors.PolicyError   # submodules as attributes, as before\n"
             "assert callable(pysandbox.status) and pysandbox.status.__module__ == 'pysandbox.status'\n"
             "try:\n    pysandbox.no_such_name\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(3)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
