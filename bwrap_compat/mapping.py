@@ -16,7 +16,6 @@ Root without --unshare-user is rendered as a user namespace mapping uid/gid 0 to
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, PolicyError, Reason
 from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Overlay, Policy,
@@ -24,6 +23,7 @@ from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mq
 from pysandbox import view
 from pysandbox.probe import host
 from pysandbox.plan import PROC_READONLY
+from pysandbox.records import dataclass
 
 from .args import BwrapArgs, CAP_NAMES, read_fd_default
 

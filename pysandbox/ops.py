@@ -9,7 +9,8 @@ bwrap spelling). :mod:`pysandbox.plan` compiles a Policy into a tuple of them;
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from .records import dataclass
 
 
 # ---------------------------------------------------------------- operations

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 
 from . import policy as P
 from . import seccomp as _seccomp
 from .errors import PolicyError, Reason
+from .records import dataclass
 
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)

@@ -7,11 +7,9 @@ with a reason and the offending value, never another exception.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .checks import (as_tuple, canonical, check_fd, check_id, check_mode, check_path,  # noqa: F401
                      check_size, require_hashable, set_field, validated)
@@ -19,6 +17,7 @@ from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
                  Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
+from .records import dataclass, field, replace
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
 NETWORK_MODES = ("deny", "allow", "proxy")
@@ -321,7 +320,7 @@ class Policy:
                 items.append((sock.path, 2, Hide(sock.path)))
             env = overrides.get("env", Env())
             if isinstance(env, Env):
-                overrides["env"] = dataclasses.replace(
+                overrides["env"] = replace(
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
@@ -332,7 +331,7 @@ class Policy:
         return cls(fs=fs, network=Network(network) if isinstance(network, str) else network, **overrides)
 
     def replace(self, **changes) -> "Policy":
-        return dataclasses.replace(self, **changes)
+        return replace(self, **changes)
 
     @property
     def writable_paths(self) -> tuple[str, ...]:

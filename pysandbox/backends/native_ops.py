@@ -12,10 +12,10 @@ name (and reason, if it has its own). Ops are position-independent records.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from .. import plan as P
 from ..errors import Reason
+from ..records import dataclass
 
 CLONE_FLAGS = {"user": 0x10000000, "mount": 0x00020000, "pid": 0x20000000, "net": 0x40000000,
                "ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000}

@@ -10,12 +10,12 @@ facts come in as a :class:`~.native_host.HostView`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from .. import plan as P
 from ..errors import Reason, SetupError
 from ..policy import CAPABILITIES
+from ..records import replace
 from .native_host import HostView
 from .native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE,
                          F_LIFELINE, F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV,
@@ -30,7 +30,7 @@ def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
     Raises:
         SetupError: a plan op without an emitter (never for a compiled plan).
     """
-    host = HostView(**facts) if host is None else dataclasses.replace(host, **facts)
+    host = HostView(**facts) if host is None else replace(host, **facts)
     cx = _Context(plan, host)
     for i, op in enumerate(plan.ops):
         if cx.init_needed and not cx.init_done and isinstance(op, (P.Seccomp, P.NewSession, P.Chdir)):
