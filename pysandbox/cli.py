@@ -56,7 +56,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
     parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}",
+                        help="print the version and exit")
     parser.add_argument("--verbose", "-v", action="store_true", help="log the chosen backend to stderr")
     sub = parser.add_subparsers(dest="cmd", metavar="{run,status}", parser_class=_Parser)
     sub.required = True
