@@ -36,6 +36,9 @@ from .process import (
     Popen,
     SandboxProcess,
     TimeoutExpired,
+    call,
+    check_call,
+    check_output,
     run,
 )
 
@@ -54,6 +57,7 @@ __all__ = [
     "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "NativeModuleMissing", "Network",
     "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "Overlay", "PIPE", "Policy", "PolicyError", "Popen",
     "Pool", "Proc", "Reason", "Sandbox", "SessionError", "SessionProcess", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
-    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "run", "status",
+    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "call", "check_call",
+    "check_output", "run", "status",
     "__version__",
 ]
