@@ -10,14 +10,12 @@ from .errors import PolicyError, Reason
 
 
 def check_path(path, what: str = "path") -> str:
-    """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/').
-
-    Paths are byte strings to the kernel: bytes that are not UTF-8 are kept, in the str
-    form :func:`os.fsdecode` gives them (surrogateescape), and every backend passes them
-    on with :func:`os.fsencode`; a str that no byte string decodes to (a lone surrogate
-    outside that form) is refused."""
+    """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/')."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
+    # Paths are bytes to the kernel: bytes that are not UTF-8 are kept in the str form
+    # os.fsdecode gives them (surrogateescape), and every backend passes them on with
+    # os.fsencode; a str that no bytes decode to (a lone surrogate) is refused below.
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     if not isinstance(path, str):

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 
+from . import __version__
 from .lifecycle import KILL_GRACE, exit_status, stop
 
 EXIT_SETUP = 125
@@ -56,11 +57,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
     parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}",
-                        help="print the version and exit")
     parser.add_argument("--verbose", "-v", action="store_true", help="log the chosen backend to stderr")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="{run,status}", parser_class=_Parser)
     sub.required = True
 
