@@ -56,6 +56,21 @@ def test_cli_workdir_chdir_rw_and_ro(backend, raw_dir):
     assert not os.path.exists(os.path.join(sub, b"ro"))
 
 
+def test_cli_hide_and_tmpfs(backend, raw_dir):
+    sub = os.path.join(raw_dir, b"sub-\xff")
+    with open(os.path.join(sub, b"secret"), "w") as f:
+        f.write("s")
+    # control first: without --hide the file is readable
+    done = cli(backend, "--workdir", raw_dir, "--", "cat", os.path.join(sub, b"secret"), cwd="/")
+    assert (done.returncode, done.stdout) == (0, b"s"), done.stderr
+    done = cli(backend, "--workdir", raw_dir, "--hide", sub, "--", "cat", os.path.join(sub, b"secret"), cwd="/")
+    assert done.returncode != 0 and done.stdout == b"", done.stderr
+    done = cli(backend, "--workdir", raw_dir, "--tmpfs", sub, "--", "sh", "-c", 'ls -A "$1"; echo t > "$1/t"',
+               "sh", sub, cwd="/")
+    assert (done.returncode, done.stdout) == (0, b""), done.stderr   # empty tmpfs, writable
+    assert not os.path.exists(os.path.join(sub, b"t"))               # not the host directory
+
+
 def test_cli_missing_non_utf8_chdir_is_not_a_traceback(backend, raw_dir):
     done = cli(backend, "--workdir", raw_dir, "--chdir", os.path.join(raw_dir, b"missing-\xff"), "--", "true",
                cwd="/")
