@@ -35,15 +35,29 @@ def _warn(exc: BaseException) -> None:
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext whose compile failure is a warning, not an error (unless REQUIRE_ENV)."""
+    """build_ext whose compile failure is a warning, not an error (unless REQUIRE_ENV):
+    the extension is then absent, also from the source tree of an in-place build
+    (``pip install -e``), where a module left by an earlier build would otherwise be
+    loaded as if this build had made it."""
 
     def run(self):
+        required = os.environ.get(REQUIRE_ENV) == "1"
+        self._failed = []
+        for ext in self.extensions:   # optional: an in-place build skips copying a missing one
+            ext.optional = not required
         try:
             super().run()
         except BUILD_ERRORS as exc:
-            if os.environ.get(REQUIRE_ENV) == "1":
+            if required:
                 raise
             _warn(exc)
+            self._failed = list(self.extensions)
+        if self._failed and self.inplace:
+            build_py = self.get_finalized_command("build_py")
+            for ext in self._failed:
+                inplace_file, _ = self._get_inplace_equivalent(build_py, ext)
+                if os.path.exists(inplace_file):
+                    os.remove(inplace_file)
 
     def build_extension(self, ext):
         try:
@@ -51,6 +65,7 @@ class OptionalBuildExt(build_ext):
         except BUILD_ERRORS as exc:
             if os.environ.get(REQUIRE_ENV) == "1":
                 raise
+            self._failed.append(ext)
             _warn(exc)
 
 
