@@ -84,3 +84,20 @@ def test_api_workdir_and_cwd_as_bytes(backend, raw_dir):
                                  cwd=b"sub-\xff", timeout=120)
     assert out == os.path.join(raw_dir, b"sub-\xff") + b"\n"
     assert os.path.exists(os.path.join(raw_dir, b"sub-\xff", b"api"))
+
+
+@pytest.mark.requires("bwrap", "native")
+def test_pybwrap_takes_them_as_bwrap_does(raw_dir):
+    """The same bwrap command line, non-UTF-8 bind and chdir, through bwrap and pybwrap."""
+    sub = os.path.join(raw_dir, b"sub-\xff")
+    bwrap = shutil.which("bwrap")
+    pybwrap = [sys.executable, "-c", "import sys; from bwrap_compat.cli import main; sys.exit(main())"]
+    outs = []
+    for tool, tag in (([bwrap], b"bwrap"), (pybwrap, b"pybwrap")):
+        done = subprocess.run([*tool, "--unshare-user", "--ro-bind", "/", "/", "--bind", sub, sub, "--chdir", sub,
+                               "--", "sh", "-c", 'pwd; echo x > "$1"', "sh", tag],
+                              capture_output=True, timeout=120)
+        assert done.returncode == 0, (tag, done.stderr)
+        assert os.path.exists(os.path.join(sub, tag))
+        outs.append(done.stdout)
+    assert outs[0] == outs[1] == sub + b"\n"
