@@ -11,6 +11,7 @@ import pytest
 import pysandbox
 from pysandbox import view
 from pysandbox.errors import Reason
+from pysandbox.ops import Chdir
 from pysandbox.process import compiled, with_start_directory
 
 
@@ -43,8 +44,8 @@ def test_sandbox_cwd_is_relative_to_the_start_directory_and_normalised():
 def test_start_directory_replaces_only_the_chdir(plan, wd):
     derived = with_start_directory(plan, "sub")
     assert derived.chdir == str(wd / "sub")
-    assert [op for op in derived.ops if not isinstance(op, type(plan.first(pysandbox.plan.Chdir)))] == \
-        [op for op in plan.ops if not isinstance(op, type(plan.first(pysandbox.plan.Chdir)))]
+    assert [op for op in derived.ops if not isinstance(op, Chdir)] == \
+        [op for op in plan.ops if not isinstance(op, Chdir)]
     assert with_start_directory(plan, "sub") is derived          # made once per (plan, directory)
     assert with_start_directory(plan, str(wd)) is plan           # the plan's own start directory
     for ok in ("/", "/usr", "/mnt", "/tmp", "/proc/self", "/dev"):   # live controls
