@@ -141,7 +141,7 @@ static int streq(const char *a, const char *b)
     return *a == *b;
 }
 
-static long parse(const char *s, int base)
+static long parse_num(const char *s, int base)
 {
     unsigned long v = 0;
     if (s == 0 || *s == 0)
@@ -182,8 +182,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
     if (argc < 3)
         quit(127);
-    status_fd = parse(argv[1], 10);
-    long self_fd = parse(argv[2], 10);
+    status_fd = parse_num(argv[1], 10);
+    long self_fd = parse_num(argv[2], 10);
     if (status_fd < 3)
         quit(127);
     sys6(NR_FCNTL, status_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
@@ -236,7 +236,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(F_MOUNT_READONLY, i);
         } else if (streq(o, "-b") && i + 3 < argc) {
             const char *p = argv[i + 1];
-            long dev = parse(argv[i + 2], 10), ino = parse(argv[i + 3], 10);
+            long dev = parse_num(argv[i + 2], 10), ino = parse_num(argv[i + 3], 10);
             struct kstat st;
             long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
             /* EACCES: a parent bwrap made (0700, owned by the setup's uid) keeps this uid
@@ -248,7 +248,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         } else if (streq(o, "-s") && i + 1 < argc) {
             if (nfilters >= MAX_FILTERS)
                 fail(F_SECCOMP, i);
-            long fd = parse(argv[++i], 10);
+            long fd = parse_num(argv[++i], 10);
             long got = 0, r;
             while (got <= FILTER_BYTES &&
                    (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
@@ -262,7 +262,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         } else if (streq(o, "-L")) {
             landlock = 1;
         } else if (streq(o, "-c") && i + 1 < argc) {
-            capmask = parse(argv[++i], 16);
+            capmask = parse_num(argv[++i], 16);
             if (capmask < 0)
                 fail(F_USAGE, i);
         } else {
