@@ -119,8 +119,7 @@ class SandboxProcess(BackendPopen):
         self._on_start = on_start
         self._close_in_setup = tuple(check_fd(fd, "close_in_setup entry") for fd in close_in_setup)
         if pty_socket is not None:
-            from .terminal import check_terminal
-            check_terminal(self.plan)
+            _plan.check_terminal(self.plan)
             pty_socket = check_fd(pty_socket, "pty_socket")
         self._pty = (pty_socket, pty_stdio, pty_winsize)
         super().__init__(argv, pass_fds=(), **kwargs)

@@ -8,7 +8,7 @@ command and its stdio, and sends the master here over a unix socket; it then clo
 its copies, so the command holds neither the master nor any host descriptor of a
 terminal (TIOCSTI on the host terminal is out of reach, not only filtered).
 
-Here: :func:`check_terminal` (the plan has that devpts), :func:`run_in_terminal`,
+Here: :func:`run_in_terminal` (``plan.check_terminal`` checks the plan has that devpts),
 which launches, puts the host terminal in raw mode (restored on every exit path:
 normal end, exception, SIGTERM/SIGHUP to the launcher, the command killed), relays
 bytes both ways, forwards window size changes (SIGWINCH -> TIOCSWINSZ on the master)
@@ -31,8 +31,7 @@ import termios
 import time
 import tty
 
-from . import plan as P
-from .errors import PolicyError, Reason, SetupError
+from .errors import Reason, SetupError
 from .lifecycle import KILL_GRACE
 
 MASTER_TIMEOUT = 30.0   # seconds to wait for the master once the command was executed
@@ -41,29 +40,6 @@ SIGNALS = (signal.SIGWINCH, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal
            signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR2)
 TIOCGPTN = 0x80045430   # _IOR('T', 0x30, unsigned int): the pty number, from a master only
 HANGUP = (signal.SIGTERM, signal.SIGHUP)   # the terminal goes away: hang up the sandbox's pty
-
-
-def check_terminal(plan: P.Plan) -> None:
-    """The sandbox must have the minimal /dev, whose devpts instance the pty comes from,
-    with nothing mounted on it, on /dev/pts or below, afterwards.
-
-    Raises:
-        PolicyError (terminal_unavailable): no such /dev.
-    """
-    ops = plan.mount_ops
-    last = max((i for i, op in enumerate(ops) if isinstance(op, P.MinimalDev) and op.dest == "/dev"),
-               default=None)
-    if last is None:
-        raise PolicyError("a terminal for the sandbox needs the minimal /dev (its own devpts instance); "
-                          "this policy has none: add Dev('/dev') or run without a terminal (--no-tty)",
-                          Reason.TERMINAL_UNAVAILABLE, "/dev")
-    for op in ops[last + 1:]:
-        d = op.dest
-        if d in ("/", "/dev") and not isinstance(op, (P.RemountReadonly, P.ChangeMode, P.MakeDir)) \
-                or d == "/dev/pts" or d.startswith("/dev/pts/") or d == "/dev/ptmx":
-            raise PolicyError(f"a terminal for the sandbox needs the devpts of its minimal /dev, and {d} is "
-                              f"changed after it; run without a terminal (--no-tty)",
-                              Reason.TERMINAL_UNAVAILABLE, d)
 
 
 def host_winsize(fds=(0, 1, 2)) -> tuple[int, int] | None:

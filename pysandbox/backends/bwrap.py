@@ -174,9 +174,9 @@ class BwrapBackend:
         exe = command[0]
         init = init_mode(plan)
         if launch.pty_socket is not None and not init:
-            raise BackendUnavailable("the bwrap backend opens the sandbox's terminal in its own init, which "
-                                     "needs a procfs at /proc in the sandbox; use the native backend or no "
-                                     "terminal", Reason.TERMINAL_UNAVAILABLE)
+            raise SetupError("the bwrap backend opens the sandbox's terminal in its own init, which needs a "
+                             "procfs at /proc in the sandbox; use the native backend or no terminal",
+                             Reason.TERMINAL_UNAVAILABLE, stage="terminal")
         init_fd = init_program(plan) if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = -1
