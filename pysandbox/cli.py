@@ -318,9 +318,12 @@ def _run_in_terminal(args, command, policy) -> int:
     def started(proc):
         logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d), terminal of its own",
                                             proc.backend_name, proc.pid)
+    def timed_out():
+        _say(f"timeout: {args.timeout:g} seconds passed; the terminal hung up, SIGTERM to the command, "
+             f"SIGKILL to the sandbox {GRACE:g} seconds later")
     try:
         code = run_in_terminal(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd),
-                               timeout=args.timeout, on_start=started, grace=GRACE)
+                               timeout=args.timeout, on_start=started, on_timeout=timed_out, grace=GRACE)
     except FileNotFoundError as exc:
         _say(f"{command[0]}: command not found ({exc.strerror})")
         return EXIT_NOTFOUND

@@ -40,6 +40,7 @@ SIGNALS = (signal.SIGWINCH, signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal
            signal.SIGCONT, signal.SIGUSR1, signal.SIGUSR2)
 TIOCGPTN = 0x80045430   # _IOR('T', 0x30, unsigned int): the pty number, from a master only
 HANGUP = (signal.SIGTERM, signal.SIGHUP)   # the terminal goes away: hang up the sandbox's pty
+TIMED_OUT = -1
 
 
 def host_winsize(fds=(0, 1, 2)) -> tuple[int, int] | None:
@@ -117,12 +118,13 @@ def receive_master(sock: socket.socket, timeout: float = MASTER_TIMEOUT) -> int:
 
 
 def run_in_terminal(command, *, stdin: int = 0, stdout: int = 1, stderr: int = 2, timeout=None,
-                    on_start=None, grace: float = KILL_GRACE, **popen_kwargs) -> int:
+                    on_start=None, on_timeout=None, grace: float = KILL_GRACE, **popen_kwargs) -> int:
     """Run ``command`` (``pysandbox.Popen`` arguments in ``popen_kwargs``) with a
     terminal of its own, relayed to ``stdin``/``stdout``; returns its returncode
     (negative for a signal). ``stderr`` reaches the command as it is unless it is a
     terminal (then the pty is its stderr too). ``on_start(proc)`` is called once the
-    command runs. After ``timeout`` seconds, or on SIGTERM/SIGHUP to the launcher, the
+    command runs, ``on_timeout()`` when ``timeout`` passes (with the host terminal
+    restored). After ``timeout`` seconds, or on SIGTERM/SIGHUP to the launcher, the
     pty is hung up and the signal (SIGTERM on timeout) goes to the command; it is
     killed with its sandbox ``grace`` seconds later if still running.
 
@@ -157,6 +159,10 @@ def run_in_terminal(command, *, stdin: int = 0, stdout: int = 1, stderr: int = 2
         hangup = _relay(proc, master, host, stdin, stdout, wake_r, got, timeout)
         if hangup is None:
             return proc.wait()
+        if hangup == TIMED_OUT:
+            hangup = signal.SIGTERM
+            if on_timeout is not None:
+                on_timeout()
         os.close(master)   # the kernel hangs up the sandbox's pty: SIGHUP to its session
         master = None
         return _end(proc, hangup, grace)
@@ -223,7 +229,7 @@ def _relay(proc, master, host, stdin, stdout, wake_r, got, timeout):
             if pidfd is not None and pidfd in events or pidfd is None and proc.poll() is not None:
                 break
             if deadline is not None and time.monotonic() >= deadline:
-                hangup = signal.SIGTERM
+                hangup = TIMED_OUT
                 break
     finally:
         if pidfd is not None:
