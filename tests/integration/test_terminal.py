@@ -335,3 +335,23 @@ def test_timeout_hangs_up_and_restores(backend, wd):
     child.close()
     assert code in (128 + signal.SIGHUP, 128 + signal.SIGTERM, 128 + signal.SIGKILL), code
     assert (wd / "after").read_text() == (wd / "before").read_text()
+
+
+def test_launcher_stopped_from_outside_gives_the_terminal_back(backend, wd):
+    """SIGTSTP to the launcher (Ctrl-Z is a byte to the sandbox in raw mode, so it comes
+    from outside): stopped with the host terminal restored; SIGCONT takes it back."""
+    child = _termios_run(backend, wd, "bash --norc --noprofile -i")
+    child.expect_exact(PROMPT)
+    pid = int((wd / "launcher.pid").read_text())
+    assert not termios.tcgetattr(child.child_fd)[3] & termios.ICANON
+    os.kill(pid, signal.SIGTSTP)
+    assert wait_until(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T", 30)
+    assert termios.tcgetattr(child.child_fd)[3] & termios.ICANON   # restored while stopped
+    os.kill(pid, signal.SIGCONT)
+    assert wait_until(lambda: not termios.tcgetattr(child.child_fd)[3] & termios.ICANON, 30)
+    assert command(child, "echo back-$((40+2))").strip() == "back-42"
+    child.sendline("exit 0")
+    child.expect(r"LAUNCHER-EXIT=(\d+)")
+    assert child.match.group(1) == "0"
+    child.expect(pexpect.EOF)
+    assert (wd / "after").read_text() == (wd / "before").read_text()
