@@ -147,16 +147,25 @@ def run_in_terminal(command, *, stdin: int = 0, stdout: int = 1, stderr: int = 2
     previous = {sig: signal.signal(sig, note) for sig in SIGNALS}
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    # The sandbox starts with /dev/null and a pipe in place of the host terminal (bwrap
+    # then makes no /dev/console of it); the pipe carries what the sandbox's launch
+    # itself says (bwrap's messages) to the host's stderr, the command has the pty.
+    err_r, err_w = os.pipe2(os.O_CLOEXEC) if mask & 4 else (None, None)
     proc = master = None
     try:
-        proc = Popen(command, stdin=devnull, stdout=devnull, stderr=devnull if mask & 4 else stderr,
-                     pty_socket=theirs.fileno(), pty_stdio=mask, pty_winsize=host_winsize((stdin, stdout, stderr)),
-                     **popen_kwargs)
+        try:
+            proc = Popen(command, stdin=devnull, stdout=devnull, stderr=err_w if mask & 4 else stderr,
+                         pty_socket=theirs.fileno(), pty_stdio=mask,
+                         pty_winsize=host_winsize((stdin, stdout, stderr)), **popen_kwargs)
+        finally:
+            if err_w is not None:
+                os.close(err_w)
+                err_w = None
         theirs.close()
         master = receive_master(ours)
         if on_start is not None:
             on_start(proc)
-        hangup = _relay(proc, master, host, stdin, stdout, wake_r, got, timeout)
+        hangup = _relay(proc, master, host, stdin, stdout, wake_r, got, timeout, (err_r, stderr))
         if hangup is None:
             return proc.wait()
         if hangup == TIMED_OUT:
@@ -173,17 +182,23 @@ def run_in_terminal(command, *, stdin: int = 0, stdout: int = 1, stderr: int = 2
         if proc is not None and proc.returncode is None and proc.poll() is None:
             proc.kill()   # an exception on the way: never leave the sandbox behind
             proc.wait()
-        for fd in (master, devnull, wake_r, wake_w):
+        if err_r is not None:
+            os.set_blocking(err_r, False)
+            _drain(err_r, stderr)
+        for fd in (master, devnull, wake_r, wake_w, err_r):
             if fd is not None:
                 os.close(fd)
         ours.close()
         theirs.close()
 
 
-def _relay(proc, master, host, stdin, stdout, wake_r, got, timeout):
+def _relay(proc, master, host, stdin, stdout, wake_r, got, timeout, errs):
     """Relay until the sandbox ends (returns None) or must be hung up (returns the
-    signal for the command)."""
+    signal for the command). ``errs``: (the launch's stderr pipe or None, host stderr)."""
     os.set_blocking(master, False)
+    err_r, stderr = errs
+    if err_r is not None:
+        os.set_blocking(err_r, False)
     live = True   # some slave descriptor is still open
     relay_input = True
     to_master = b""
@@ -198,6 +213,8 @@ def _relay(proc, master, host, stdin, stdout, wake_r, got, timeout):
         while True:
             poller = select.poll()
             poller.register(wake_r, select.POLLIN)
+            if err_r is not None:
+                poller.register(err_r, select.POLLIN)
             if pidfd is not None:
                 poller.register(pidfd, select.POLLIN)
             if live:
@@ -209,6 +226,8 @@ def _relay(proc, master, host, stdin, stdout, wake_r, got, timeout):
                 left = max(deadline - time.monotonic(), 0)
                 wait = left if wait is None else min(wait, left)
             events = dict(poller.poll(None if wait is None else wait * 1000))
+            if err_r is not None and err_r in events and not _drain(err_r, stderr):
+                err_r = None   # EOF: the launch's own processes are done with it
             if wake_r in events:
                 hangup = _signals(proc, master if live else None, host, wake_r, got, stdin)
                 if hangup is not None:
@@ -291,15 +310,16 @@ def _read(fd: int) -> bytes | None:
         raise
 
 
-def _drain(master: int, stdout: int) -> bool:
-    """Copy what the pty has to ``stdout``; False once every slave is closed."""
+def _drain(src: int, dst: int) -> bool:
+    """Copy what ``src`` (non-blocking) has to ``dst``; False at its end (a pty master:
+    once every slave is closed)."""
     while True:
-        data = _read(master)
+        data = _read(src)
         if data is None:
             return True
         if not data:
             return False
-        _write_all(stdout, data)
+        _write_all(dst, data)
 
 
 def _write_some(fd: int, data: bytes) -> int:

@@ -355,3 +355,25 @@ def test_launcher_stopped_from_outside_gives_the_terminal_back(backend, wd):
     assert child.match.group(1) == "0"
     child.expect(pexpect.EOF)
     assert (wd / "after").read_text() == (wd / "before").read_text()
+
+
+def test_bwrap_messages_still_reach_stderr(tmp_path, wd):
+    """The sandbox starts without the host terminal; what bwrap itself says on a failed
+    launch still comes to the host's stderr (through the launch's pipe)."""
+    from tests.support import host_capability, need
+    why = host_capability("bwrap")
+    if why is not None:
+        need("bwrap", why)
+    import shutil
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --info-fd ] && { echo 'bwrap: simulated failure' >&2; "
+                    f"exit 1; }}; done\nexec {shutil.which('bwrap')} \"$@\"\n")
+    fake.chmod(0o755)
+    env = dict(_env(), PYSANDBOX_BWRAP=str(fake))
+    child = pexpect.spawn(sys.executable, ["-m", "pysandbox", "run", "--backend", "bwrap", "--", "true"], cwd=str(wd),
+                          env=env, encoding="utf-8", timeout=TIMEOUT)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 125
+    assert "bwrap: simulated failure" in child.before and "bwrap_probe_failed" in child.before
