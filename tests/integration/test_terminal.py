@@ -377,3 +377,13 @@ def test_bwrap_messages_still_reach_stderr(tmp_path, wd):
     child.close()
     assert child.exitstatus == 125
     assert "bwrap: simulated failure" in child.before and "bwrap_probe_failed" in child.before
+
+
+def test_as_pid_1_gets_the_terminal_too(backend, tmp_path):
+    """No init (native: the setup process execs; bwrap: our init's exec mode): the
+    command already leads the session it is in, and the pty is its controlling one."""
+    policy = dataclasses.replace(pysandbox.Policy.default(workdir=tmp_path), as_pid_1=True)
+    code, out = _in_process(["sh", "-c", "echo pid=$$ sid=$(cut -d' ' -f6 /proc/self/stat) tty=$(tty); "
+                             "echo ctty > /dev/tty; exit 3"], backend, policy)
+    assert code == 3, out
+    assert "pid=1 sid=1 tty=/dev/pts/" in out and "ctty" in out, out
