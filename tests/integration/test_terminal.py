@@ -14,14 +14,13 @@ import sys
 import termios
 import threading
 
+import pexpect   # the test extras (pyproject): a missing one is an error, not a skip
 import pytest
 
-pexpect = pytest.importorskip("pexpect")
-
-import pysandbox  # noqa: E402
-from pysandbox.errors import PolicyError, Reason  # noqa: E402
-from pysandbox.fs import Dev  # noqa: E402
-from tests.support import wait_until  # noqa: E402
+import pysandbox
+from pysandbox.errors import PolicyError, Reason
+from pysandbox.fs import Dev
+from tests.support import wait_until
 
 PROMPT = "PSB-PROMPT$ "
 TIMEOUT = 90
