@@ -44,7 +44,7 @@ and --setenv apply.
 
 terminal: when stdin and stdout are terminals (or with --tty), the command gets a
 terminal of its own: a pty of the sandbox's own devpts, relayed to yours, which is
-in raw mode meanwhile and restored on exit. Job control, Ctrl-C, Ctrl-Z, Ctrl-\
+in raw mode meanwhile and restored on exit. Job control, Ctrl-C, Ctrl-Z, Ctrl-\\
 and window size changes work inside as in any shell; your terminal itself never
 reaches the command. --no-tty: the command gets your stdio as it is (no job
 control; Ctrl-C and Ctrl-Z act on pysandbox). SIGTERM or SIGHUP to pysandbox hang
