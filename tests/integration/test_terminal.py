@@ -228,8 +228,8 @@ def test_host_terminal_settings_restored(backend, wd, how):
     child.close()
     if expected is not None:
         assert code == expected
-    else:
-        assert code in (str(128 + signal.SIGHUP), str(128 + signal.SIGTERM)), code
+    else:   # the hangup's SIGHUP, or SIGKILL after the grace on a busy machine
+        assert code in (str(128 + signal.SIGHUP), str(128 + signal.SIGTERM), str(128 + signal.SIGKILL)), code
     assert (wd / "after").read_text() == before
 
 
