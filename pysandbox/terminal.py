@@ -337,6 +337,8 @@ def _write_all(fd: int, data: bytes) -> None:
         except BlockingIOError:
             select.select([], [fd], [], 1.0)
             continue
-        except BrokenPipeError:
-            return   # nobody reads the output any more: drop it, keep the sandbox's terminal alive
+        except OSError as exc:
+            if exc.errno in (errno.EPIPE, errno.EIO):
+                return   # nobody reads it any more (a closed pipe, a hung-up terminal): drop it
+            raise
         view = view[n:]
