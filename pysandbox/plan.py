@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 
 from . import policy as P
 from . import seccomp as _seccomp
 from .errors import PolicyError, Reason
+from .records import dataclass
 
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
@@ -107,7 +107,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         ops.append(EnterUserns2(policy.userns2_fd))
     if not policy.allow_nested_userns:
         ops.append(DisableUserns())
-    ops.append(DropCapabilities(policy.caps_keep))
+    ops.append(DropCapabilities(policy.caps_keep, ambient=policy.caps_ambient))
     ops.append(NoNewPrivs())
     if policy.block_fd is not None:   # as bwrap: after the capability drop, before seccomp
         ops.append(WaitFd(policy.block_fd))
