@@ -337,8 +337,11 @@ def _run_in_terminal(args, command, policy) -> int:
     from .terminal import run_in_terminal
 
     def started(proc):
-        logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d), terminal of its own",
-                                            proc.backend_name, proc.pid)
+        if args.verbose:
+            import logging
+            logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d), terminal of its own",
+                                                proc.backend_name, proc.pid)
+
     def timed_out():
         _say(f"timeout: {args.timeout:g} seconds passed; the terminal hung up, SIGTERM to the command, "
              f"SIGKILL to the sandbox {GRACE:g} seconds later")
