@@ -157,7 +157,8 @@ static int streq(const char *a, const char *b)
     return *a == *b;
 }
 
-static long parse(const char *s, int base)
+/* The -c mask: lower-case hex digits (decimal arguments use psb_freestanding.h's parse). */
+static long parse_hex(const char *s)
 {
     unsigned long v = 0;
     if (s == 0 || *s == 0)
@@ -166,11 +167,11 @@ static long parse(const char *s, int base)
         int d;
         if (*s >= '0' && *s <= '9')
             d = *s - '0';
-        else if (base == 16 && *s >= 'a' && *s <= 'f')
+        else if (*s >= 'a' && *s <= 'f')
             d = *s - 'a' + 10;
         else
             return -1;
-        v = v * (unsigned long)base + (unsigned long)d;
+        v = v * 16 + (unsigned long)d;
     }
     return (long)v;
 }
@@ -250,8 +251,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
     if (argc < 3)
         quit(127);
-    status_fd = parse(argv[1], 10);
-    long self_fd = parse(argv[2], 10);
+    status_fd = parse(argv[1]);
+    long self_fd = parse(argv[2]);
     if (status_fd < 3)
         quit(127);
     sys6(NR_FCNTL, status_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
@@ -305,7 +306,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(F_MOUNT_READONLY, i);
         } else if (streq(o, "-b") && i + 3 < argc) {
             const char *p = argv[i + 1];
-            long dev = parse(argv[i + 2], 10), ino = parse(argv[i + 3], 10);
+            long dev = parse(argv[i + 2]), ino = parse(argv[i + 3]);
             struct kstat st;
             long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
             /* EACCES: a parent bwrap made (0700, owned by the setup's uid) keeps this uid
@@ -317,7 +318,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         } else if (streq(o, "-s") && i + 1 < argc) {
             if (nfilters >= MAX_FILTERS)
                 fail(F_SECCOMP, i);
-            long fd = parse(argv[++i], 10);
+            long fd = parse(argv[++i]);
             long got = 0, r;
             while (got <= FILTER_BYTES &&
                    (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
@@ -327,9 +328,9 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
             filter_len[nfilters++] = (unsigned short)(got / 8);
         } else if (streq(o, "-t") && i + 3 < argc) {
-            pty_sock = parse(argv[i + 1], 10);
-            pty_mask = parse(argv[i + 2], 10);
-            pty_ws = parse(argv[i + 3], 10);
+            pty_sock = parse(argv[i + 1]);
+            pty_mask = parse(argv[i + 2]);
+            pty_ws = parse(argv[i + 3]);
             if (pty_sock < 3 || pty_mask < 0 || pty_ws < 0)
                 fail(F_USAGE, i);
             sys6(NR_FCNTL, pty_sock, F_SETFD, FD_CLOEXEC, 0, 0, 0);
@@ -337,7 +338,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         } else if (streq(o, "-x")) {
             exec_mode = 1;
         } else if (streq(o, "-c") && i + 1 < argc) {
-            capmask = parse(argv[++i], 16);
+            capmask = parse_hex(argv[++i]);
             if (capmask < 0)
                 fail(F_USAGE, i);
         } else {
