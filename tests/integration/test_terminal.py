@@ -318,8 +318,11 @@ def test_bwrap_python_fallback_init_opens_the_pty(tmp_path, monkeypatch):
 
 def test_in_process_api_on_a_pty_pair(backend, tmp_path):
     (tmp_path / "probe.py").write_text(FD_PROBE)
-    code, out = _in_process(["python3", "probe.py"], backend, pysandbox.Policy.default(workdir=tmp_path))
+    code, out = _in_process(["sh", "-c", "python3 probe.py; tr '\\0' ' ' < /proc/1/cmdline | head -c 400"], backend,
+                            pysandbox.Policy.default(workdir=tmp_path))
     assert code == 0 and "OWN=0,1,2 FOREIGN=- " in out, out
+    if backend == "bwrap":   # the C init (from its memfd), not the Python fallback
+        assert "/self/fd/" in out and "-I -S -c" not in out, out
 
 
 def test_timeout_hangs_up_and_restores(backend, wd):
