@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 2
+#define PSB_ABI_VERSION 3
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -74,6 +74,7 @@ enum psb_stage {
     PSB_STAGE_PIPE,
     PSB_STAGE_HOP,            /* not a failure: a hop begins (from the old process) */
     PSB_STAGE_HOP_PID,        /* not a failure: the new process; its pid is in the credentials */
+    PSB_STAGE_PTY,            /* the sandbox's terminal (launch pty_fd): open, unlock, send */
 };
 
 /* Op flags. */
@@ -143,6 +144,12 @@ struct psb_launch {
                                  any op runs in its namespaces, so the reader of started_fd
                                  sees them (bwrap's namespace ids) before the command can
                                  exit; the launcher's death ends the wait (parent_died) */
+    int pty_fd;               /* >= 0: a unix socket; right before exec the command's process
+                                 opens a pty in the sandbox's devpts (/dev/pts/ptmx), sends the
+                                 master over it (SCM_RIGHTS), becomes a session leader with the
+                                 slave as controlling terminal, and closes master and socket */
+    int pty_stdio;            /* bit i: the slave becomes descriptor i (instead of stdio[i]) */
+    unsigned long pty_winsize; /* rows << 16 | cols set on the new pty (0: left as is) */
 };
 
 struct psb_result {

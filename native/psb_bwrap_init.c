@@ -20,6 +20,12 @@
  *                 its owner can read /proc/PID/environ and open /proc/PID/ns/ (what
  *                 flatpak enter does with bwrap's child-pid) while nothing in the
  *                 sandbox can reach it, whatever capabilities the command keeps
+ *   -t FD MASK WS the sandbox's terminal (pysandbox/terminal.py): in the command's
+ *                 process, before its seccomp filters, open a pty in the sandbox's
+ *                 devpts (/dev/pts/ptmx), send the master over unix socket FD
+ *                 (SCM_RIGHTS) and close it and FD; a new session with the slave as
+ *                 controlling terminal; the slave becomes descriptor n for each bit
+ *                 1 << n of MASK; WS (rows << 16 | cols, decimal; 0: none) its size
  *   -x            exec mode: no fork; after the setup, write STARTED and exec the
  *                 command in this process (as_pid_1, or no pid namespace); an exec
  *                 failure is FAILED after STARTED and exit 126
@@ -60,6 +66,13 @@ PSB_START(psb_binit_main);
 #define NR_STATFS 137
 #define NR_PIPE2 293
 #define NR_UNSHARE 272
+#define NR_IOCTL 16
+#define NR_DUP2 33
+#define NR_GETPID 39
+#define NR_SENDMSG 46
+#define NR_SETSID 112
+#define NR_GETSID 124
+#define NR_OPENAT 257
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -115,6 +128,16 @@ PSB_START(psb_binit_main);
 #define F_FORK 8
 #define F_LIFELINE 9
 #define F_LANDLOCK 10
+#define F_PTY 11
+#define O_RDWR 2
+#define O_NOCTTY 0400
+#define TIOCSCTTY 0x540E
+#define TIOCSWINSZ 0x5414
+#define TIOCSPTLCK 0x40045431
+#define TIOCGPTPEER 0x5441
+#define SOL_SOCKET 1
+#define SCM_RIGHTS 1
+#define MSG_NOSIGNAL 0x4000
 
 struct kstat {   /* x86_64 struct stat */
     unsigned long st_dev, st_ino, st_nlink;
@@ -141,7 +164,8 @@ static int streq(const char *a, const char *b)
     return *a == *b;
 }
 
-static long parse_num(const char *s, int base)
+/* The -c mask: lower-case hex digits (decimal arguments use psb_freestanding.h's parse). */
+static long parse_hex(const char *s)
 {
     unsigned long v = 0;
     if (s == 0 || *s == 0)
@@ -150,13 +174,65 @@ static long parse_num(const char *s, int base)
         int d;
         if (*s >= '0' && *s <= '9')
             d = *s - '0';
-        else if (base == 16 && *s >= 'a' && *s <= 'f')
+        else if (*s >= 'a' && *s <= 'f')
             d = *s - 'a' + 10;
         else
             return -1;
-        v = v * (unsigned long)base + (unsigned long)d;
+        v = v * 16 + (unsigned long)d;
     }
     return (long)v;
+}
+
+struct iovec { void *base; unsigned long len; };
+struct msghdr {
+    void *name; int namelen; struct iovec *iov; unsigned long iovlen;
+    void *control; unsigned long controllen; int flags;
+};
+struct cmsg_fd { unsigned long len; int level, type; int fd; int pad; };   /* CMSG_SPACE(sizeof(int)) */
+
+/* Runs in the command's process (no capabilities, before its seccomp filters): the
+ * sandbox's own terminal, as native/psb_child.c psb_open_pty does (the master from
+ * the sandbox's devpts, the slave through TIOCGPTPEER, the master sent to the
+ * launcher and closed here). Returns 0 or -errno. */
+static long open_pty(long sock, long mask, long ws)
+{
+    long master = sys6(NR_OPENAT, AT_FDCWD, (long)"/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC, 0, 0, 0);
+    if (master < 0)
+        return master;
+    int unlock = 0;
+    long r = sys6(NR_IOCTL, master, TIOCSPTLCK, (long)&unlock, 0, 0, 0);
+    long slave = r < 0 ? r : sys6(NR_IOCTL, master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC, 0, 0, 0);
+    if (slave < 0) {
+        sys6(NR_CLOSE, master, 0, 0, 0, 0, 0);
+        return slave;
+    }
+    unsigned short size[4] = { (unsigned short)(ws >> 16), (unsigned short)(ws & 0xffff), 0, 0 };
+    r = ws ? sys6(NR_IOCTL, slave, TIOCSWINSZ, (long)size, 0, 0, 0) : 0;
+    if (r == 0) {
+        r = sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
+        if (r == -EPERM && sys6(NR_GETSID, 0, 0, 0, 0, 0, 0) == sys6(NR_GETPID, 0, 0, 0, 0, 0, 0))
+            r = 0;   /* exec mode: we already lead the session bwrap made */
+    }
+    if (r >= 0)
+        r = sys6(NR_IOCTL, slave, TIOCSCTTY, 0, 0, 0, 0);
+    if (r >= 0) {
+        char byte = 'T';
+        struct iovec iov = { &byte, 1 };
+        struct cmsg_fd cm = { 20 /* CMSG_LEN(sizeof(int)) */, SOL_SOCKET, SCM_RIGHTS, (int)master, 0 };
+        struct msghdr msg = { 0, 0, &iov, 1, &cm, 24, 0 };
+        do
+            r = sys6(NR_SENDMSG, sock, (long)&msg, MSG_NOSIGNAL, 0, 0, 0);
+        while (r == -4 /* EINTR */);
+        if (r == 0)
+            r = -EINVAL;
+    }
+    sys6(NR_CLOSE, master, 0, 0, 0, 0, 0);
+    sys6(NR_CLOSE, sock, 0, 0, 0, 0, 0);
+    for (long fd = 0; r >= 0 && fd < 3; fd++)
+        if (mask & (1L << fd))
+            r = sys6(NR_DUP2, slave, fd, 0, 0, 0, 0);
+    sys6(NR_CLOSE, slave, 0, 0, 0, 0, 0);
+    return r < 0 ? r : 0;
 }
 
 static long status_fd = -1;
@@ -182,8 +258,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
     if (argc < 3)
         quit(127);
-    status_fd = parse_num(argv[1], 10);
-    long self_fd = parse_num(argv[2], 10);
+    status_fd = parse(argv[1]);
+    long self_fd = parse(argv[2]);
     if (status_fd < 3)
         quit(127);
     sys6(NR_FCNTL, status_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
@@ -205,6 +281,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     int nfilters = 0;
     long capmask = -1;
     int exec_mode = 0, landlock = 0;
+    long pty_sock = -1, pty_mask = 0, pty_ws = 0;
     for (; i < argc && !streq(argv[i], "--"); i++) {
         const char *o = argv[i];
         if (streq(o, "-N")) {
@@ -236,7 +313,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(F_MOUNT_READONLY, i);
         } else if (streq(o, "-b") && i + 3 < argc) {
             const char *p = argv[i + 1];
-            long dev = parse_num(argv[i + 2], 10), ino = parse_num(argv[i + 3], 10);
+            long dev = parse(argv[i + 2]), ino = parse(argv[i + 3]);
             struct kstat st;
             long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
             /* EACCES: a parent bwrap made (0700, owned by the setup's uid) keeps this uid
@@ -248,7 +325,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         } else if (streq(o, "-s") && i + 1 < argc) {
             if (nfilters >= MAX_FILTERS)
                 fail(F_SECCOMP, i);
-            long fd = parse_num(argv[++i], 10);
+            long fd = parse(argv[++i]);
             long got = 0, r;
             while (got <= FILTER_BYTES &&
                    (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
@@ -257,12 +334,20 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(F_SECCOMP, i);
             sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
             filter_len[nfilters++] = (unsigned short)(got / 8);
+        } else if (streq(o, "-t") && i + 3 < argc) {
+            pty_sock = parse(argv[i + 1]);
+            pty_mask = parse(argv[i + 2]);
+            pty_ws = parse(argv[i + 3]);
+            if (pty_sock < 3 || pty_mask < 0 || pty_ws < 0)
+                fail(F_USAGE, i);
+            sys6(NR_FCNTL, pty_sock, F_SETFD, FD_CLOEXEC, 0, 0, 0);
+            i += 3;
         } else if (streq(o, "-x")) {
             exec_mode = 1;
         } else if (streq(o, "-L")) {
             landlock = 1;
         } else if (streq(o, "-c") && i + 1 < argc) {
-            capmask = parse_num(argv[++i], 16);
+            capmask = parse_hex(argv[++i]);
             if (capmask < 0)
                 fail(F_USAGE, i);
         } else {
@@ -309,6 +394,11 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     }
 
     if (exec_mode) {
+        if (pty_sock >= 0) {
+            long e = open_pty(pty_sock, pty_mask, pty_ws);
+            if (e < 0)
+                fail(F_PTY, -e);
+        }
         sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
         for (int k = 0; k < nfilters; k++) {
             struct sock_fprog prog = { filter_len[k], filters[k] };
@@ -334,7 +424,12 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
         sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
         long err = 0;
-        if (landlock) {
+        if (pty_sock >= 0) {
+            long e = open_pty(pty_sock, pty_mask, pty_ws);
+            if (e < 0)
+                err = (F_PTY << 16) | (-e & 0xffff);
+        }
+        if (landlock && err == 0) {
             long e = psb_landlock_self();
             if (e < 0)
                 err = (F_LANDLOCK << 16) | (-e & 0xffff);
@@ -355,6 +450,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
     }
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
+    if (pty_sock >= 0)
+        sys6(NR_CLOSE, pty_sock, 0, 0, 0, 0, 0);   /* the init never sends on it */
     /* The command's process runs only our code until its exec, after its Landlock
      * domain: from then on nothing of the sandbox can reach us. */
     if (landlock)

@@ -5,6 +5,9 @@
 #include "psb_internal.h"
 #define PSB_PID1_LIBC
 #include "psb_pid1.h"
+#ifndef TIOCGPTPEER
+#define TIOCGPTPEER _IO('T', 0x41)   /* Linux 4.13 */
+#endif
 
 /* Runs in the sandbox's pid-1 process, no capabilities, after the fork of the
  * command (fork mode): the shared pid-1 loop (psb_pid1.h) reaps orphans, forwards
@@ -22,15 +25,86 @@ static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
     psb_pid1_loop(cmd, status_fd, fwd_signals);
 }
 
+/* Runs in the command's process right before psb_exec, after every op (no
+ * capabilities, seccomp loaded, inside the new root): the sandbox's own terminal.
+ * The master comes from the devpts instance of the sandbox's minimal /dev (Python
+ * checked nothing covers it), the slave from the master itself (TIOCGPTPEER: no
+ * lookup of /dev/pts/N a process could race). The master leaves over the launch's
+ * socket and is closed here: the command never holds it. Then a session of our own
+ * (the init made session 1 for the whole sandbox; with no init we may already lead
+ * one) with the slave as controlling terminal, so job control works. Returns the
+ * slave, or -1 with errno set. */
+static int psb_open_pty(const struct psb_launch *l)
+{
+    int master = open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0)
+        return -1;
+    int unlock = 0, slave = -1;
+    if (ioctl(master, TIOCSPTLCK, &unlock) != 0)
+        goto fail;
+    slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (slave < 0)
+        goto fail;
+    if (l->pty_winsize) {
+        struct winsize ws;
+        memset(&ws, 0, sizeof ws);
+        ws.ws_row = (unsigned short)(l->pty_winsize >> 16);
+        ws.ws_col = (unsigned short)(l->pty_winsize & 0xffff);
+        if (ioctl(slave, TIOCSWINSZ, &ws) != 0)
+            goto fail;
+    }
+    if (setsid() < 0 && !(errno == EPERM && getsid(0) == getpid()))
+        goto fail;
+    if (ioctl(slave, TIOCSCTTY, 0) != 0)
+        goto fail;
+    char byte = 'T';
+    struct iovec iov = { &byte, 1 };
+    union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof ctl.buf;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &master, sizeof(int));
+    ssize_t r;
+    do {
+        r = sendmsg(l->pty_fd, &msg, MSG_NOSIGNAL);
+    } while (r < 0 && errno == EINTR);
+    if (r != 1)
+        goto fail;
+    close(master);
+    close(l->pty_fd);
+    return slave;
+fail:;
+    int err = errno;
+    close(master);
+    if (slave >= 0)
+        close(slave);
+    errno = err;
+    return -1;
+}
+
 /* Runs in the command's process, after the last op: stdio, descriptors, signal
  * state, exec. Only returns by failing. */
 static void psb_exec(struct psb_child *c)
 {
     const struct psb_launch *l = c->launch;
     int tmp[3];
+    int slave = -1;
+    if (l->pty_fd >= 0) {
+        slave = psb_open_pty(l);
+        if (slave < 0)
+            psb_fail(c, PSB_STAGE_PTY, -1, errno);
+    }
     /* Move the caller's stdio out of 0..2 first: a source may be another's target. */
     for (int i = 0; i < 3; i++) {
-        tmp[i] = fcntl(l->stdio[i], F_DUPFD_CLOEXEC, 3);
+        tmp[i] = fcntl(slave >= 0 && (l->pty_stdio & (1 << i)) ? slave : l->stdio[i], F_DUPFD_CLOEXEC, 3);
         if (tmp[i] < 0)
             psb_fail(c, PSB_STAGE_FDS, -1, errno);
     }

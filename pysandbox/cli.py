@@ -41,6 +41,15 @@ included (AWS_*, GITHUB_TOKEN, SSH_*, cloud and CI tokens ...). --keep-env NAME
 (repeatable) keeps only the named variables; --clearenv keeps none. Then --unsetenv
 and --setenv apply.
 
+terminal: when stdin and stdout are terminals (or with --tty), the command gets a
+terminal of its own: a pty of the sandbox's own devpts, relayed to yours, which is
+in raw mode meanwhile and restored on exit. Job control, Ctrl-C, Ctrl-Z, Ctrl-\\
+and window size changes work inside as in any shell; your terminal itself never
+reaches the command. --no-tty: the command gets your stdio as it is (no job
+control; Ctrl-C and Ctrl-Z act on pysandbox). SIGTERM or SIGHUP to pysandbox hang
+up the sandbox's terminal (the command gets the signal, and is killed with its
+sandbox 2 seconds later if still running).
+
 kernel surface: the built-in seccomp filter refuses keyctl/add_key/request_key (the
 caller's session keyring stays out of reach), io_uring (unless --allow-io-uring with
 --network allow) and, with --network deny, sockets of families no network namespace
@@ -114,9 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--keep-env", metavar="NAME", action="append", default=None,
                      help="keep only this variable of the caller's environment (repeatable; every other "
                           "one is dropped; then --unsetenv and --setenv apply)")
+    term = run.add_mutually_exclusive_group()
+    term.add_argument("-t", "--tty", dest="tty", action="store_const", const=True, default=None,
+                      help="give the command a terminal of its own (default when stdin and stdout are "
+                           "terminals)")
+    term.add_argument("-T", "--no-tty", dest="tty", action="store_const", const=False,
+                      help="no terminal of its own: the command gets pysandbox's stdio as it is")
     run.add_argument("--share-session", action="store_true",
                      help="keep the caller's session (no setsid): the terminal stays reachable, and the "
-                          "command can signal the caller's process group (trusted commands only)")
+                          "command can signal the caller's process group (trusted commands only; "
+                          "implies --no-tty)")
     run.add_argument("--keep-authority-sockets", action="store_true",
                      help="network deny: keep docker/podman/containerd, ssh-agent, gpg-agent, D-Bus, "
                           "systemd, udev, snapd, libvirt and LXD sockets and their variables (masked by "
@@ -260,7 +276,12 @@ def _run(parser, args) -> int:
         command = command[1:]
     if not command:
         parser.error("run needs a command after --")
+    if args.tty and args.share_session:
+        parser.error("--tty gives the command a session and terminal of its own; --share-session keeps "
+                     "yours: choose one")
     policy = _policy(args)
+    if args.tty or args.tty is None and not args.share_session and os.isatty(0) and os.isatty(1):
+        return _run_in_terminal(args, command, policy)
     # Handlers go in before the launch: a signal that arrives while the sandbox starts is
     # delivered to it as soon as it exists.
     started: list = []
@@ -308,6 +329,36 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
         _say(f"timeout: {args.timeout:g} seconds passed; SIGTERM to the command, "
              f"SIGKILL to the sandbox {GRACE:g} seconds later")
         code = stop(proc, GRACE)
+    return exit_status(code)
+
+
+def _run_in_terminal(args, command, policy) -> int:
+    from .errors import Reason, SandboxError
+    from .terminal import run_in_terminal
+
+    def started(proc):
+        if args.verbose:
+            import logging
+            logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d), terminal of its own",
+                                                proc.backend_name, proc.pid)
+
+    def timed_out():
+        _say(f"timeout: {args.timeout:g} seconds passed; the terminal hung up, SIGTERM to the command, "
+             f"SIGKILL to the sandbox {GRACE:g} seconds later")
+    try:
+        code = run_in_terminal(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd),
+                               timeout=args.timeout, on_start=started, on_timeout=timed_out, grace=GRACE)
+    except FileNotFoundError as exc:
+        _say(f"{command[0]}: command not found ({exc.strerror})")
+        return EXIT_NOTFOUND
+    except PermissionError as exc:
+        _say(f"{command[0]}: not executable ({exc.strerror})")
+        return EXIT_NOEXEC
+    except OSError as exc:
+        if isinstance(exc, SandboxError):
+            raise
+        _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
+        return EXIT_SETUP
     return exit_status(code)
 
 

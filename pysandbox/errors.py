@@ -36,6 +36,7 @@ class Reason(str, enum.Enum):
     BWRAP_IN_WRITABLE_PATH = "bwrap_in_writable_path"
     NETWORK_MODE_UNSUPPORTED = "network_mode_unsupported"
     BWRAP_INIT_UNAVAILABLE = "bwrap_init_unavailable"
+    TERMINAL_UNAVAILABLE = "terminal_unavailable"
     # launch
     SETUP_FAILED = "setup_failed"
     PARENT_DIED = "parent_died"

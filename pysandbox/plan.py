@@ -125,6 +125,29 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
                 writable_paths=writable_host_paths(policy))
 
 
+def check_terminal(plan: Plan) -> None:
+    """For a terminal of its own (pysandbox/terminal.py): the sandbox must have the minimal /dev, whose devpts instance the pty comes from,
+    with nothing mounted on it, on /dev/pts or below, afterwards.
+
+    Raises:
+        PolicyError (terminal_unavailable): no such /dev.
+    """
+    ops = plan.mount_ops
+    last = max((i for i, op in enumerate(ops) if isinstance(op, MinimalDev) and op.dest == "/dev"),
+               default=None)
+    if last is None:
+        raise PolicyError("a terminal for the sandbox needs the minimal /dev (its own devpts instance); "
+                          "this policy has none: add Dev('/dev') or run without a terminal (--no-tty)",
+                          Reason.TERMINAL_UNAVAILABLE, "/dev")
+    for op in ops[last + 1:]:
+        d = op.dest
+        if d in ("/", "/dev") and not isinstance(op, (RemountReadonly, ChangeMode, MakeDir)) \
+                or d == "/dev/pts" or d.startswith("/dev/pts/") or d == "/dev/ptmx":
+            raise PolicyError(f"a terminal for the sandbox needs the devpts of its minimal /dev, and {d} is "
+                              f"changed after it; run without a terminal (--no-tty)",
+                              Reason.TERMINAL_UNAVAILABLE, d)
+
+
 def writable_host_paths(policy: P.Policy) -> tuple:
     """Host paths the sandbox can write: rw bind sources, overlay upper and work
     directories, and the policy's writable sandbox paths."""

@@ -113,6 +113,11 @@ class SandboxProcess(BackendPopen):
     that is the process whose ``uid_map``/``gid_map`` the caller writes.
     ``close_in_setup``: descriptors the sandbox's setup process closes before its
     first step (native; a pipe whose reader must see EOF while the setup waits).
+    ``pty_socket``: the sandbox gets a terminal of its own (:mod:`pysandbox.terminal`
+    drives it): right before the exec, the setup opens a pty in the sandbox's devpts
+    and sends its master over this unix socket; the slave is the command's controlling
+    terminal and becomes each descriptor n (0, 1, 2) whose bit ``1 << n`` is in
+    ``pty_stdio``; ``pty_winsize`` ``(rows, cols)`` is its first size.
 
     Raises:
         PolicyError: invalid policy or arguments.
@@ -124,7 +129,7 @@ class SandboxProcess(BackendPopen):
 
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
                  env=None, pass_fds=(), on_start=None, cwd=None,
-                 close_in_setup=(), **kwargs):
+                 close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None, **kwargs):
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session"):
             if kwargs.get(bad) not in (None, False):
@@ -155,12 +160,17 @@ class SandboxProcess(BackendPopen):
             raise PolicyError("on_start must be callable", Reason.INVALID_VALUE, on_start)
         self._on_start = on_start
         self._close_in_setup = tuple(check_fd(fd, "close_in_setup entry") for fd in close_in_setup)
+        if pty_socket is not None:
+            _plan.check_terminal(self.plan)
+            pty_socket = check_fd(pty_socket, "pty_socket")
+        self._pty = (pty_socket, pty_stdio, pty_winsize)
         super().__init__(argv, pass_fds=(), **kwargs)
 
     def _start_child(self, argv, stdin, stdout, stderr):
         launch = Launch(argv=argv, env=self._sandbox_env, stdin=stdin, stdout=stdout, stderr=stderr,
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
-                        close_in_setup=self._close_in_setup)
+                        close_in_setup=self._close_in_setup, pty_socket=self._pty[0], pty_stdio=self._pty[1],
+                        pty_winsize=self._pty[2])
         return self.backend.spawn(self.plan, launch)
 
     def forward_signal(self, sig) -> None:

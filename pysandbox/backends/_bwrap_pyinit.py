@@ -31,7 +31,7 @@ SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIG
         signal.SIGCHLD}
 old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-i, filters, caps, exec_mode = 2, [], None, False
+i, filters, caps, exec_mode, pty = 2, [], None, False, None
 while i < len(a) and a[i] != "--":
     o = a[i]
     if o == "-N":
@@ -71,6 +71,10 @@ while i < len(a) and a[i] != "--":
     elif o == "-c":
         i += 1
         caps = int(a[i], 16)
+    elif o == "-t":
+        pty = tuple(int(x) for x in a[i + 1:i + 4])
+        os.set_inheritable(pty[0], False)
+        i += 3
     elif o == "-x":
         exec_mode = True
     else:
@@ -133,8 +137,44 @@ def landlock():
     os.close(root)
     os.close(rs)
     return e
+def open_pty():
+    # As native/psb_bwrap_init.c open_pty: the master from the sandbox's devpts, sent
+    # to the launcher and closed; a new session with the slave as controlling terminal.
+    import fcntl, socket
+    sock, mask, ws = pty
+    m = os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        fcntl.ioctl(m, 0x40045431, struct.pack("i", 0))            # TIOCSPTLCK: unlock
+        s = fcntl.ioctl(m, 0x5441, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)   # TIOCGPTPEER
+        if ws:
+            fcntl.ioctl(s, 0x5414, struct.pack("HHHH", ws >> 16, ws & 0xffff, 0, 0))
+        try:
+            os.setsid()
+        except PermissionError:
+            if os.getsid(0) != os.getpid():
+                raise
+        fcntl.ioctl(s, 0x540E, 0)                                  # TIOCSCTTY
+        with socket.socket(fileno=sock) as so:
+            if socket.send_fds(so, [b"T"], [m]) != 1:
+                raise OSError(22, "short send")
+    finally:
+        os.close(m)
+    for fd in range(3):
+        if mask >> fd & 1:
+            os.dup2(s, fd)
+    os.close(s)
+def pty_step():
+    try:
+        if pty is not None:
+            open_pty()
+        return 0
+    except OSError as x:
+        return x.errno or 22
 env = dict(os.environb)
 if exec_mode:
+    e = pty_step()
+    if e:
+        fail(11, e)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
     e = apply_filters()
     if e:
@@ -150,13 +190,17 @@ if pid == 0:
     os.close(sfd)
     os.close(r)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    e = landlock()
+    e = pty_step()
     if e:
-        e = (10 << 16) | (e & 0xffff)
+        e = (11 << 16) | (e & 0xffff)
     else:
-        e = apply_filters()
+        e = landlock()
         if e:
-            e = (6 << 16) | (e & 0xffff)
+            e = (10 << 16) | (e & 0xffff)
+        else:
+            e = apply_filters()
+            if e:
+                e = (6 << 16) | (e & 0xffff)
     if not e:
         try:
             os.execve(exe, argv, env)
@@ -165,6 +209,8 @@ if pid == 0:
     os.write(w, struct.pack("<I", e))
     os._exit(127)
 os.close(w)
+if pty is not None:
+    os.close(pty[0])                               # the init never sends on it
 got = os.read(r, 4)
 os.close(r)
 if len(got) == 4:

@@ -37,6 +37,21 @@ class Launch:
     # thread: a Policy.userns_block_fd caller writes the id maps of that pid from here.
     on_start: Callable[[int], None] | None = None
     close_in_setup: tuple[int, ...] = ()   # closed by the setup process before any step
+    # The sandbox's own terminal (pysandbox/terminal.py): a unix socket over which the
+    # setup, right before the exec, sends the master of a pty it opened in the sandbox's
+    # devpts; the slave becomes the command's controlling terminal and replaces the
+    # stdio descriptors whose bit (1 << n) is in pty_stdio. pty_winsize: (rows, cols).
+    pty_socket: int | None = None
+    pty_stdio: int = 0
+    pty_winsize: tuple[int, int] | None = None
+
+
+def pack_winsize(winsize: tuple[int, int] | None) -> int:
+    """``rows << 16 | cols`` for the setup (0: leave the new pty's size as it is)."""
+    if winsize is None:
+        return 0
+    rows, cols = winsize
+    return (rows & 0xFFFF) << 16 | (cols & 0xFFFF)
 
 
 class Child(Protocol):

@@ -72,7 +72,7 @@ from ..errors import BackendUnavailable, BwrapProbeFailed, Reason, SandboxError,
 from ..policy import Network, Policy
 from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, locate_bwrap, setuid_allowed
 from ..probe.bwrap import capabilities, probe_plan
-from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode
+from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
                          init_program, read_words, searchable_parents)
 from .bwrap_launch import INFO_TIMEOUT, BwrapChild, pdeathsig_preexec, pid1_fd, read_info, spawner, wait_for_exec
@@ -173,6 +173,10 @@ class BwrapBackend:
             command[0] = resolved   # execvp's default PATH differs from ours; our init does no search
         exe = command[0]
         init = init_mode(plan)
+        if launch.pty_socket is not None and not init:
+            raise SetupError("the bwrap backend opens the sandbox's terminal in its own init, which needs a "
+                             "procfs at /proc in the sandbox; use the native backend or no terminal",
+                             Reason.TERMINAL_UNAVAILABLE, stage="terminal")
         init_fd = init_program(plan) if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = -1
@@ -184,8 +188,12 @@ class BwrapBackend:
             options = render(plan, data)
             args_fd = data(nul_joined(flatten(options)))
             if init:
-                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds)
+                pty = None if launch.pty_socket is None else \
+                    (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
+                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
+            if launch.pty_socket is not None:
+                passed.add(launch.pty_socket)
             if init:
                 passed |= {status_w} | ({init_fd} if init_fd is not None else set())
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]

@@ -82,9 +82,10 @@ def proc_readonly_paths(plan: P.Plan) -> list[str]:
 
 
 def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
-                 binds) -> list[str]:
+                 binds, pty: tuple[int, int, int] | None = None) -> list[str]:
     """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
-    setup options (native/psb_bwrap_init.c), then the real command.
+    setup options (native/psb_bwrap_init.c), then the real command. ``pty``: (socket,
+    stdio mask, packed window size) of the sandbox's terminal (``-t``).
 
     Raises:
         BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
@@ -113,6 +114,8 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             for name in op.keep:
                 keep |= 1 << CAPABILITIES.index(name)
     opts += ["-c", format(keep, "x")]
+    if pty is not None:
+        opts += ["-t", *map(str, pty)]
     argv0 = plan.argv0 if plan.argv0 is not None else argv[0]
     tail = [*opts, "--", exe, argv0, *argv[1:]]
     if init_fd is None:
@@ -186,7 +189,8 @@ def init_memfd() -> int:
 INIT_STARTED = 0x50534201
 INIT_FAILED = 0x50534202
 INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
-                 5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline", 10: "landlock"}
+                 5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline", 10: "landlock",
+                 11: "terminal"}
 
 
 def read_words(fd: int, count: int, timeout: float) -> list[int]:
@@ -214,6 +218,10 @@ def init_failure(what: int, detail: int, exe: str) -> Exception:
     stage = INIT_FAILURES.get(what, f"step {what}")
     if what == 7:   # exec
         return OSError(detail, os.strerror(detail), exe)
+    if what == 11:
+        return SetupError(f"the sandbox's terminal: cannot open a pty in the sandbox's /dev/pts or hand it "
+                          f"over: {os.strerror(detail) if detail else detail}; the command did not run",
+                          Reason.TERMINAL_UNAVAILABLE, stage="terminal", errno=detail or None)
     if what == 4:
         return SetupError("a bind's destination is not the inode the launcher validated (a symlink "
                           "or another mount was swapped in before bwrap bound it); the command "

@@ -28,7 +28,7 @@ import threading
 from .. import plan as P
 from ..errors import NativeModuleMissing, Reason
 from ..execpath import exec_candidates
-from .base import BackendStatus, Launch
+from .base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.
 from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, NO_LANDLOCK_ENV, _load,  # noqa: F401
                           has_landlock, has_mount_setattr, init_fd)
@@ -257,6 +257,9 @@ class NativeBackend:
         L.want_status = int(ready.compiled.want_status)
         L.started_fd = L.release_fd = -1
         L.close_first, L.nclose = keep[4], len(launch.close_in_setup)
+        L.pty_fd = -1 if launch.pty_socket is None else launch.pty_socket
+        L.pty_stdio = launch.pty_stdio
+        L.pty_winsize = pack_winsize(launch.pty_winsize)
         res = ffi.new("struct psb_result *")
         if launch.on_start is None:
             rc = lib.psb_spawn(ready.plan, L, res)

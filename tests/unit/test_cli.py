@@ -17,7 +17,9 @@ DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--
               # additions beyond the original command line (the authority switches), documented in README.md
               "--keep-authority-sockets", "--strict-unix",
               # the io_uring opt-in, environment allow-list
-              "--allow-io-uring", "--keep-env")
+              "--allow-io-uring", "--keep-env",
+              # a terminal of its own (README: Interactive shell)
+              "--tty", "--no-tty")
 DESIGN_STATUS = ("--backend", "--network", "--json")
 
 

@@ -56,6 +56,7 @@ EXPECTED_CLASS = {
     "bwrap_in_writable_path": E.BackendUnavailable,
     "network_mode_unsupported": E.NetworkModeUnsupported,
     "bwrap_init_unavailable": E.BackendUnavailable,
+    "terminal_unavailable": E.SetupError,   # PolicyError when the policy has no minimal /dev
     "setup_failed": E.SetupError,
     "parent_died": E.SetupError,
     "symlink_in_path": E.SetupError,
