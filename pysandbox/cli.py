@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import sys
 
@@ -24,6 +25,11 @@ EXIT_USAGE = 2
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE = KILL_GRACE   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
 PROG = "pysandbox"
+VERBOSE_HELP = "log the backend choice and the setup's steps with their timings to stderr"
+# Policy field (PolicyError.field) -> the option that sets it
+OPTION_OF = {"chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
+             "tmpfs": "--tmpfs", "profile": "--profile"}
+_STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
 
 RUN_EPILOG = """\
 exit status: the command's own; 128+N when it was killed by signal N; 125 when the
@@ -42,6 +48,16 @@ included (AWS_*, GITHUB_TOKEN, SSH_*, cloud and CI tokens ...). --keep-env NAME
 (repeatable) keeps only the named variables; --clearenv keeps none. Then --unsetenv
 and --setenv apply.
 
+profiles: --profile FILE|NAME reads a TOML profile (README "Profiles"; shipped: agent,
+ci, inspect). Options on the command line win over the profile wherever they stand:
+--network, --workdir/--no-workdir, --chdir, --backend and --timeout replace its value;
+--ro, --rw, --hide, --tmpfs, --setenv, --unsetenv and --keep-env add to its lists; a
+flag (--clearenv, --strict-unix, ...) turns its setting on, never off.
+
+errors: a policy mistake (a missing --chdir, --hide /, ...) is exit 2 and names the
+option or the profile's file, line and key; --verbose adds the plan step of a setup
+failure and logs the backend choice and the setup's steps with their timings.
+
 kernel surface: the built-in seccomp filter refuses keyctl/add_key/request_key (the
 caller's session keyring stays out of reach), io_uring (unless --allow-io-uring with
 --network allow) and, with --network deny, sockets of families no network namespace
@@ -57,7 +73,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
-    parser.add_argument("--verbose", "-v", action="store_true", help="log the chosen backend to stderr")
+    parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="cmd", metavar="{run,status}", parser_class=_Parser)
     sub.required = True
 
@@ -67,10 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run CMD in a sandbox: / read-only, the working directory "
                                      "read-write, fresh /proc, minimal /dev, private /tmp, new user, "
                                      "mount, pid, ipc, uts and (network deny) net namespaces.")
-    run.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
-                     help="log the chosen backend to stderr")
+    run.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    _profile_arg(run)
     _backend_arg(run)
-    run.add_argument("--network", choices=("deny", "allow"), default="deny",
+    run.add_argument("--network", choices=("deny", "allow"), default=None,
                      help="deny: a new network namespace with only lo (default); allow: the host network")
     wd = run.add_mutually_exclusive_group()
     wd.add_argument("--workdir", metavar="PATH",
@@ -118,18 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="what works here, per backend, capability and network mode",
                         description="Report, per backend, which capabilities and network modes work "
                                     "here and why not. Exit 0 when the policy can run, 1 when not.")
-    st.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
-                    help="log the chosen backend to stderr")
+    st.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    _profile_arg(st)
     _backend_arg(st)
-    st.add_argument("--network", choices=("deny", "allow"), default="deny",
+    st.add_argument("--network", choices=("deny", "allow"), default=None,
                     help="network mode of the policy to check (default: deny)")
     st.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
 def _backend_arg(parser):
-    parser.add_argument("--backend", choices=("auto", "native", "bwrap"), default="auto",
+    parser.add_argument("--backend", choices=("auto", "native", "bwrap"), default=None,
                         help="auto (native where it works, else bwrap; default), native or bwrap")
+
+
+def _profile_arg(parser):
+    parser.add_argument("--profile", metavar="FILE|NAME",
+                        help="read the policy from a TOML profile: a file (a path with '/' or ending in .toml) "
+                             "or a shipped profile's name (agent, ci, inspect); options given here win")
 
 
 def _fd(text: str) -> int:
@@ -164,38 +186,108 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pysandbox`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(format="%(message)s", level=logging.INFO if args.verbose else logging.WARNING)
+    logging.basicConfig(format="%(message)s", level=logging.DEBUG if args.verbose else logging.WARNING)
     from .errors import PolicyError, SandboxError
+    profile = None
     try:
+        if args.profile is not None:
+            from .profile import load
+            profile = load(args.profile)
         if args.cmd == "status":
-            return _status(args)
-        return _run(parser, args)
+            return _status(args, profile)
+        return _run(parser, args, profile)
     except PolicyError as exc:
-        _say(exc)
+        _say(describe(exc, args, profile))
         return EXIT_USAGE
     except SandboxError as exc:
-        _say(exc)
+        _say(exc if args.verbose else _STEP_DETAIL.sub("", str(exc)))
         return EXIT_SETUP
 
 
-def _policy(args):
+def describe(exc, args, profile=None) -> str:
+    """A PolicyError's line, naming the option the user gave (``--chdir /missing: ...``)
+    or the profile's file, line and key the value came from."""
+    reason = exc.reason.value
+    message = exc.args[0] if exc.args else ""
+    if profile is not None and message.startswith(profile.path):
+        return f"{reason}: {message}"    # already names the file and key
+    field = exc.field
+    value = exc.value
+    if field is None and isinstance(value, str):   # a plan check: the option whose path it is
+        field = next((name for name in ("tmpfs", "hide", "ro", "rw") for given in getattr(args, name, None) or ()
+                      if given == value or _canon(given) == value), None)
+    if field == "chdir" and getattr(args, "chdir", None) is None:
+        field = "workdir"    # the start directory was the workdir (given or the current directory)
+    given = _given(args, field)
+    if profile is not None and not given:
+        key = profile.key_for(exc) if field in (None, "workdir", "chdir") or field in profile.values else None
+        if key is not None:
+            return f"{reason}: {profile.where(key)}: {message}"
+    option = OPTION_OF.get(field or "")
+    if option is None:
+        return f"{reason}: {message}"
+    shown = value if isinstance(value, str) else None
+    if isinstance(given, list):
+        shown = next((g for g in given if g == value or _canon(g) == value), shown)
+    elif isinstance(given, str):
+        shown = given
+    elif field == "workdir" and not getattr(args, "no_workdir", False):
+        option = "the current directory (the default --workdir)"
+    for prefix in (f"{exc.field} {value}: ", f"{field} {value}: "):
+        if isinstance(value, str) and message.startswith(prefix):
+            message = message[len(prefix):]
+    return f"{reason}: {option}{' ' + shown if shown else ''}: {message}"
+
+
+def _given(args, field):
+    """What the command line gave for a Policy field: a list, a string or None."""
+    if field in ("ro", "rw", "hide", "tmpfs"):
+        return getattr(args, field, None) or None
+    if field in ("chdir", "workdir"):
+        return getattr(args, field, None)
+    return None
+
+
+def _canon(path):
+    try:
+        return os.path.realpath(path)
+    except (TypeError, ValueError):
+        return path
+
+
+def _policy(args, profile=None):
+    """The policy of ``pysandbox run``: the profile's keys (if any), then the command line's
+    options over them (README "Profiles": scalars replace, lists extend, flags turn on)."""
     from .policy import Env, Policy
+    kw = profile.policy_kwargs() if profile is not None else {}
     if args.no_workdir:
-        workdir = None
+        kw["workdir"] = None
     elif args.workdir is not None:
-        workdir = args.workdir
-    else:
-        workdir = _default_workdir()
-    overrides = {}
+        kw["workdir"] = args.workdir
+    elif profile is None or "workdir" not in kw:
+        kw["workdir"] = _default_workdir()
+    elif profile.raw.get("workdir") == ".":
+        kw["workdir"] = _default_workdir()   # "." is the default workdir, with its home-directory check
+    if args.network is not None:
+        kw["network"] = args.network
+    for name in ("ro", "rw", "hide", "tmpfs"):
+        kw[name] = list(kw.get(name, ())) + list(getattr(args, name))
     if args.chdir is not None:
-        overrides["chdir"] = args.chdir
-    keep = None if args.keep_env is None else tuple(args.keep_env)
-    return Policy.default(workdir=workdir, network=args.network, ro=args.ro, rw=args.rw, hide=args.hide,
-                          tmpfs=args.tmpfs, env=Env(clear=args.clearenv, set=tuple(map(tuple, args.setenv)),
-                                                    unset=tuple(args.unsetenv), keep=keep),
-                          new_session=not args.share_session, pass_fds=tuple(args.pass_fd),
-                          keep_authority_sockets=args.keep_authority_sockets, strict_unix=args.strict_unix,
-                          allow_io_uring=args.allow_io_uring, **overrides)
+        kw["chdir"] = args.chdir
+    env = kw.get("env", Env())
+    keep = env.keep
+    if args.keep_env is not None:
+        keep = tuple(keep or ()) + tuple(args.keep_env)
+    pairs = {**dict(env.set), **{name: value for name, value in args.setenv}}   # the command line's win
+    kw["env"] = Env(clear=env.clear or args.clearenv, set=tuple(pairs.items()),
+                    unset=tuple(env.unset) + tuple(args.unsetenv), keep=keep)
+    if args.share_session:
+        kw["new_session"] = False
+    kw["pass_fds"] = tuple(args.pass_fd)
+    for flag in ("keep_authority_sockets", "strict_unix", "allow_io_uring"):
+        if getattr(args, flag):
+            kw[flag] = True
+    return Policy.default(**kw)
 
 
 def home_directories() -> set[str]:
@@ -235,13 +327,25 @@ def _default_workdir() -> str:
     return cwd
 
 
-def _run(parser, args) -> int:
+def _launch_settings(args, profile) -> None:
+    """``--backend`` and ``--timeout``: the command line's, else the profile's ``[run]``."""
+    if args.backend is None:
+        backend = profile.get("run.backend", "auto") if profile is not None else "auto"
+        if backend not in ("auto", "native", "bwrap"):
+            raise profile.error("run.backend", f"must be auto, native or bwrap, not {backend!r}")
+        args.backend = backend
+    if getattr(args, "timeout", None) is None and profile is not None:
+        args.timeout = profile.get("run.timeout")
+
+
+def _run(parser, args, profile=None) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         parser.error("run needs a command after --")
-    policy = _policy(args)
+    _launch_settings(args, profile)
+    policy = _policy(args, profile)
     # Handlers go in before the launch: a signal that arrives while the sandbox starts is
     # delivered to it as soon as it exists.
     started: list = []
@@ -290,10 +394,17 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
     return exit_status(code)
 
 
-def _status(args) -> int:
+def _status(args, profile=None) -> int:
     from .policy import Policy
     from .status import status
-    policy = Policy.default(network=args.network)
+    _launch_settings(args, profile)
+    if profile is not None:
+        kw = {"network": args.network} if args.network is not None else {}
+        if profile.raw.get("workdir") == ".":
+            kw["workdir"] = _default_workdir()
+        policy = profile.policy(**kw)
+    else:
+        policy = Policy.default(network=args.network or "deny")
     st = status(policy, backend=args.backend)
     logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
     if args.json:

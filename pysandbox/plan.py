@@ -23,6 +23,7 @@ from .errors import PolicyError, Reason
 
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
+from . import view as _view
 from .view import host_path
 
 
@@ -75,7 +76,9 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         PolicyError: a missing bind or overlay source (``bind_source_missing``), overlay
             mount options longer than a page (``invalid_value``), a mount point
             that does not exist inside a host bind (``mount_point_missing``), a chdir
-            outside anything mounted.
+            outside anything mounted; a chdir that is missing, not a directory or hidden
+            in the sandbox's view (``invalid_path``, ``conflicting_options``); a mount
+            point of the wrong type (``invalid_path``).
         CapabilityUnavailable: ``seccomp_unavailable``, no built-in filter for this
             architecture (seccomp.py).
     """
@@ -119,6 +122,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         strict_unix=policy.strict_unix, network=policy.network.mode, allow_io_uring=policy.allow_io_uring))
     if policy.new_session:
         ops.append(NewSession())
+    _check_chdir(policy.chdir or "/", done)
     ops.append(Chdir(policy.chdir or "/"))
     return Plan(ops=tuple(ops), argv0=policy.argv0, as_pid_1=policy.as_pid_1,
                 die_with_parent=policy.die_with_parent, network=policy.network,
@@ -201,7 +205,11 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
             f"{dest} does not exist in any layer of the {where} overlay on {cover.dest}; pysandbox never "
             f"creates mount points on the host: create it first, or put a tmpfs or dir above it",
             Reason.MOUNT_POINT_MISSING, dest)
-    if host is None or os.path.lexists(host):
+    if host is None:
+        _check_in_proc(dest, cover)
+        return
+    if os.path.lexists(host):
+        _check_type(dest, host, want_dir)
         return
     # Its parent may itself be created by an earlier op that covers the host path
     # (e.g. a Dir inside a tmpfs): host is None in that case and we returned above.
@@ -213,6 +221,53 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
         f"{dest} does not exist inside the {where} host bind of {cover.src}; pysandbox never creates "
         f"mount points on the host: create the {kind} first, or put a tmpfs or dir above it",
         Reason.MOUNT_POINT_MISSING, dest)
+
+
+def _check_type(dest, host, want_dir):
+    """A mount point that exists in a host bind must be of the kind the mount needs
+    (the kernel refuses a directory on a file and the reverse: ENOTDIR at launch)."""
+    if want_dir is None or os.path.islink(host):
+        return   # a symlink: followed (or refused) by the backend at launch
+    if want_dir and not os.path.isdir(host):
+        raise PolicyError(f"{dest} is not a directory in the sandbox view (it is the host's {host}): only a "
+                          f"directory can be mounted on there", Reason.INVALID_PATH, dest)
+    if not want_dir and os.path.isdir(host):
+        raise PolicyError(f"{dest} is a directory in the sandbox view (the host's {host}): a file cannot be "
+                          f"put there", Reason.INVALID_PATH, dest)
+
+
+def _check_in_proc(dest, cover):
+    """A mount point inside the sandbox's own procfs: only what that procfs has can
+    be mounted on, and a host process's entry (``/proc/PID``, what ``/proc/self``
+    resolves to on the host) is not in the sandbox's pid namespace."""
+    if not isinstance(cover, MountProc) or dest == cover.dest:
+        return
+    first = dest[len(cover.dest):].lstrip("/").split("/")[0]
+    if first.isdigit() or not os.path.lexists("/proc/" + dest[len(cover.dest):].lstrip("/")):
+        raise PolicyError(f"{dest} is inside the sandbox's own procfs on {cover.dest}, where it does not exist "
+                          f"(a host process's entry is not in the sandbox's pid namespace): nothing can be "
+                          f"mounted there", Reason.MOUNT_POINT_MISSING, dest)
+
+
+def _check_chdir(path, done):
+    """The command's start directory must exist, be a directory and not be hidden in the
+    sandbox's view, as far as the host can tell before a launch (a path inside a procfs
+    or a minimal /dev, whose nodes the backend makes, is left to the launch's chdir)."""
+    host, cover = host_path(path, done)
+    if isinstance(cover, MountTmpfs) and cover.readonly and cover.mode == HIDE_MODE:
+        raise PolicyError(f"chdir {path}: hidden in the sandbox view (a hide covers {cover.dest}): the "
+                          f"command cannot start there", Reason.CONFLICTING_OPTIONS, path, field="chdir")
+    if host is not None:
+        if os.path.isdir(host):
+            return
+        problem = "not a directory" if os.path.lexists(host) else "no such directory"
+    elif cover is None or isinstance(cover, (MountTmpfs, MountMqueue, MountOverlay)):   # not MinimalDev: shm, pts
+        if _view.is_dir(path, done):
+            return
+        problem = "not a directory" if _view.exists(path, done) else "no such directory"
+    else:
+        return
+    raise PolicyError(f"chdir {path}: {problem} in the sandbox view", Reason.INVALID_PATH, path, field="chdir")
 
 
 def _compile_hide(op: P.Hide, done):
