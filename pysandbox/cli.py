@@ -259,7 +259,7 @@ def _policy(args, profile=None):
     """The policy of ``pysandbox run``: the profile's keys (if any), then the command line's
     options over them (README "Profiles": scalars replace, lists extend, flags turn on)."""
     from .policy import Env, Policy
-    kw = profile.policy_kwargs() if profile is not None else {}
+    kw = profile.policy_kwargs(Env) if profile is not None else {}
     if args.no_workdir:
         kw["workdir"] = None
     elif args.workdir is not None:
@@ -402,7 +402,8 @@ def _status(args, profile=None) -> int:
         kw = {"network": args.network} if args.network is not None else {}
         if profile.raw.get("workdir") == ".":
             kw["workdir"] = _default_workdir()
-        policy = profile.policy(**kw)
+        from .policy import Env
+        policy = profile.policy(Policy, Env, **kw)
     else:
         policy = Policy.default(network=args.network or "deny")
     st = status(policy, backend=args.backend)

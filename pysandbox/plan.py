@@ -253,6 +253,8 @@ def _check_chdir(path, done):
     """The command's start directory must exist, be a directory and not be hidden in the
     sandbox's view, as far as the host can tell before a launch (a path inside a procfs
     or a minimal /dev, whose nodes the backend makes, is left to the launch's chdir)."""
+    if path == "/":
+        return   # the new root: always there
     host, cover = host_path(path, done)
     if isinstance(cover, MountTmpfs) and cover.readonly and cover.mode == HIDE_MODE:
         raise PolicyError(f"chdir {path}: hidden in the sandbox view (a hide covers {cover.dest}): the "

@@ -296,11 +296,8 @@ class Policy:
             path = canonical(path)
             _check_source(path, "ro")
             items.append((path, 0, Bind(path, path, readonly=True)))
-        for given in _paths(rw, "rw"):
-            path = canonical(given)
-            if path == "/":   # also a symlink to /, as for the workdir
-                raise PolicyError("rw path '/' would bind the whole host filesystem read-write: name the "
-                                  "directories the command may write", Reason.WORKDIR_TOO_BROAD, given, field="rw")
+        for path in _paths(rw, "rw"):
+            path = canonical(path)
             _check_source(path, "rw")
             items.append((path, 0, Bind(path, path)))
         if workdir is not None:
@@ -350,7 +347,7 @@ class Policy:
                 mean"), a bad value; the message names the file, the line and the key.
         """
         from .profile import load
-        return load(path).policy(**overrides)
+        return load(path).policy(cls, Env, **overrides)
 
     def replace(self, **changes) -> "Policy":
         return dataclasses.replace(self, **changes)

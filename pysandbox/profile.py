@@ -102,10 +102,11 @@ class Profile:
     def get(self, key: str, default=None):
         return self.values.get(key, default)
 
-    def policy_kwargs(self) -> dict:
-        """Arguments for ``Policy.default`` from this profile (the env as an ``Env``;
-        ``workdir`` only when the profile names one or says false: None)."""
-        from .policy import Env
+    def policy_kwargs(self, env_cls) -> dict:
+        """Arguments for ``Policy.default`` from this profile (the env as an ``env_cls``,
+        :class:`pysandbox.policy.Env`; ``workdir`` only when the profile names one or says
+        false: None). The classes come from the caller: this module never imports
+        ``policy`` (which imports it)."""
         kw: dict = {}
         if "workdir" in self.values:
             kw["workdir"] = self.values["workdir"]
@@ -120,23 +121,23 @@ class Profile:
         env = {k[4:]: v for k, v in self.values.items() if k.startswith("env.")}
         if env:
             try:
-                kw["env"] = Env(clear=env.get("clear", False), set=tuple(env.get("set", {}).items()),
+                kw["env"] = env_cls(clear=env.get("clear", False), set=tuple(env.get("set", {}).items()),
                                 unset=tuple(env.get("unset", ())), keep=env.get("keep"))
             except PolicyError as exc:
                 raise self.error(_env_key(exc, env), exc.args[0], exc.reason, exc.value) from None
         return kw
 
-    def policy(self, **overrides):
-        """The Policy this profile describes (``Policy.default`` with its keys).
+    def policy(self, policy_cls, env_cls, **overrides):
+        """The Policy this profile describes (``policy_cls.default`` with its keys, then
+        ``overrides``).
 
         Raises:
             PolicyError: a value the policy refuses, naming the file, line and key.
         """
-        from .policy import Policy
-        kw = self.policy_kwargs()
+        kw = self.policy_kwargs(env_cls)
         kw.update(overrides)
         try:
-            return Policy.default(**kw)
+            return policy_cls.default(**kw)
         except PolicyError as exc:
             raise self.locate(exc) from None
 

@@ -17,8 +17,10 @@ DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--
               # additions beyond the original command line (the authority switches), documented in README.md
               "--keep-authority-sockets", "--strict-unix",
               # the io_uring opt-in, environment allow-list
-              "--allow-io-uring", "--keep-env")
-DESIGN_STATUS = ("--backend", "--network", "--json")
+              "--allow-io-uring", "--keep-env",
+              # TOML profiles (README "Profiles")
+              "--profile")
+DESIGN_STATUS = ("--backend", "--network", "--json", "--profile")
 
 
 def parse(*argv):
