@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import sys
+import time
 
 from .lifecycle import KILL_GRACE, exit_status, stop
 
@@ -186,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pysandbox`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(format="%(message)s", level=logging.DEBUG if args.verbose else logging.WARNING)
+    logging.basicConfig(format="%(message)s", level=logging.WARNING)
+    # --verbose: the pysandbox logger only (backend choice, plan steps, timings), not every library's
+    logging.getLogger("pysandbox").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     from .errors import PolicyError, SandboxError
     profile = None
     try:
@@ -368,6 +371,7 @@ def _run(parser, args, profile=None) -> int:
 def _launch_and_wait(args, command, policy, started, pending) -> int:
     from .errors import Reason, SandboxError
     from .process import Popen, TimeoutExpired
+    started_at = time.perf_counter()
     try:
         proc = Popen(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd))
     except FileNotFoundError as exc:
@@ -382,7 +386,9 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
         _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
         return EXIT_SETUP
     started.append(proc)
-    logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
+    logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d), started in %.1f ms (compile, check, "
+                                        "setup until the command's exec)", proc.backend_name, proc.pid,
+                                        (time.perf_counter() - started_at) * 1e3)
     for sig in pending:
         proc.forward_signal(sig)
     try:
@@ -424,6 +430,8 @@ def format_status(st) -> str:
     if st.host:
         facts = ", ".join(f"{k}={'yes' if v is True else 'no' if v is False else v}" for k, v in st.host.items())
         lines.append(f"host: {facts}")
+    if st.authority:
+        lines.extend(authority_lines(st.authority))
     for name, bs in st.backends.items():
         head = "ok" if bs.available else f"no   {bs.reason}"
         extra = ", ".join(f"{k} {v}" for k, v in sorted(bs.info.items()) if v not in (None, ""))
@@ -438,6 +446,15 @@ def format_status(st) -> str:
                 detail = f"  {cap.detail}" if cap.detail and cap.detail != bs.detail else ""
                 lines.append(f"{label:<18} no   {cap.reason}{detail}")
     return "\n".join(lines)
+
+
+def authority_lines(cov: dict) -> list[str]:
+    """``status``'s Unix-socket authority coverage (authority.coverage) as text lines."""
+    masked = ", ".join(cov.get("masked") or ()) or "none"
+    unset = ", ".join(cov.get("unset") or ()) or "none"
+    flags = [name for name in ("kept", "strict_unix") if cov.get(name)]
+    head = "authority sockets" + (f" ({', '.join(flags)})" if flags else "")
+    return [f"{head}: masked {masked}; variables unset {unset}", f"  {cov.get('scope', '')}"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,8 +13,11 @@ seccomp; new session; chdir; exec.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import stat
+import time
 from dataclasses import dataclass
 
 from . import policy as P
@@ -25,6 +28,8 @@ from .errors import PolicyError, Reason
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
 from . import view as _view
 from .view import host_path
+
+log = logging.getLogger("pysandbox")
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,33 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
     """
     if not isinstance(policy, P.Policy):
         raise PolicyError("compile needs a Policy", Reason.INVALID_VALUE, policy)
+    started = time.perf_counter()
+    plan = _compile(policy, outer_ids)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("plan: %d steps compiled in %.1f ms", len(plan.ops), (time.perf_counter() - started) * 1e3)
+        for i, op in enumerate(plan.ops):
+            log.debug("  step %2d  %s", i, describe_op(op))
+    return plan
+
+
+def describe_op(op) -> str:
+    """One plan step as one short line (byte strings by their size)."""
+    parts = []
+    for f in dataclasses.fields(op):
+        value = getattr(op, f.name)
+        if value is None or value is False or value == () or value == f.default:
+            continue
+        if isinstance(value, (bytes, bytearray)):
+            value = f"<{len(value)} bytes>"
+        elif isinstance(value, frozenset):
+            value = "{" + ",".join(sorted(map(str, value))) + "}"
+        elif isinstance(value, int) and "mode" in f.name:
+            value = oct(value)
+        parts.append(f"{f.name}={value}")
+    return f"{type(op).__name__}({', '.join(parts)})"
+
+
+def _compile(policy: P.Policy, outer_ids) -> Plan:
     outer_uid, outer_gid = outer_ids if outer_ids is not None else (os.geteuid(), os.getegid())
     ns = set(policy.namespaces) | {"mount"}
     if policy.network.new_namespace:
@@ -259,17 +291,24 @@ def _check_chdir(path, done):
     if isinstance(cover, MountTmpfs) and cover.readonly and cover.mode == HIDE_MODE:
         raise PolicyError(f"chdir {path}: hidden in the sandbox view (a hide covers {cover.dest}): the "
                           f"command cannot start there", Reason.CONFLICTING_OPTIONS, path, field="chdir")
-    if host is not None:
+    if isinstance(cover, MountProc) and path != cover.dest:
+        rest = path[len(cover.dest):].lstrip("/")
+        if not rest.split("/")[0].isdigit() and os.path.isdir("/proc/" + rest):
+            return   # as far as the host's procfs tells; the launch's chdir decides
+        problem = f"no such directory in the sandbox's own procfs on {cover.dest} (as the host's /proc tells)"
+    elif host is not None:
         if os.path.isdir(host):
             return
-        problem = "not a directory" if os.path.lexists(host) else "no such directory"
+        problem = "not a directory in the sandbox view" if os.path.lexists(host) else \
+            "no such directory in the sandbox view"
     elif cover is None or isinstance(cover, (MountTmpfs, MountMqueue, MountOverlay)):   # not MinimalDev: shm, pts
         if _view.is_dir(path, done):
             return
-        problem = "not a directory" if _view.exists(path, done) else "no such directory"
+        problem = "not a directory in the sandbox view" if _view.exists(path, done) else \
+            "no such directory in the sandbox view"
     else:
         return
-    raise PolicyError(f"chdir {path}: {problem} in the sandbox view", Reason.INVALID_PATH, path, field="chdir")
+    raise PolicyError(f"chdir {path}: {problem}", Reason.INVALID_PATH, path, field="chdir")
 
 
 def _compile_hide(op: P.Hide, done):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from ..errors import BackendUnavailable, CapabilityUnavailable, PolicyError, Reason
 from .base import check_network_mode
@@ -35,21 +36,35 @@ def get_backend(name: str):
 
 
 def select_backend(name: str, plan):
-    """The backend that will run ``plan``, checked. Raises the typed reason when none can."""
+    """The backend that will run ``plan``, checked. Raises the typed reason when none can.
+
+    Logs the choice and each check's time to the ``pysandbox`` logger at DEBUG
+    (``pysandbox --verbose``)."""
     check_network_mode(plan.network)
     if name != "auto":
         backend = get_backend(name)
-        backend.check(plan)
+        _checked(backend, plan, f"backend {name} (asked for)")
         return backend
     try:
         backend = get_backend("native")
-        backend.check(plan)
+        _checked(backend, plan, "backend auto: native")
         return backend
     except (BackendUnavailable, CapabilityUnavailable) as native_error:
         try:
             backend = get_backend("bwrap")
-            backend.check(plan)
+            _checked(backend, plan, "backend auto: bwrap")
         except (BackendUnavailable, CapabilityUnavailable):
             raise native_error from None
         log.warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
         return backend
+
+
+def _checked(backend, plan, what: str) -> None:
+    started = time.perf_counter()
+    try:
+        backend.check(plan)
+    except Exception as exc:
+        log.debug("%s: unavailable after %.1f ms: %s", what, (time.perf_counter() - started) * 1e3,
+                  getattr(getattr(exc, "reason", None), "value", type(exc).__name__))
+        raise
+    log.debug("%s: checked in %.1f ms", what, (time.perf_counter() - started) * 1e3)
