@@ -283,8 +283,9 @@ def _check_in_proc(dest, cover):
 
 def _check_chdir(path, done):
     """The command's start directory must exist, be a directory and not be hidden in the
-    sandbox's view, as far as the host can tell before a launch (a path inside a procfs
-    or a minimal /dev, whose nodes the backend makes, is left to the launch's chdir)."""
+    sandbox's view, as far as the host can tell before a launch (a procfs is judged by the
+    host's, a pid directory and a minimal /dev, whose nodes the backend makes, are left to
+    the launch's chdir)."""
     if path == "/":
         return   # the new root: always there
     host, cover = host_path(path, done)
@@ -293,8 +294,8 @@ def _check_chdir(path, done):
                           f"command cannot start there", Reason.CONFLICTING_OPTIONS, path, field="chdir")
     if isinstance(cover, MountProc) and path != cover.dest:
         rest = path[len(cover.dest):].lstrip("/")
-        if not rest.split("/")[0].isdigit() and os.path.isdir("/proc/" + rest):
-            return   # as far as the host's procfs tells; the launch's chdir decides
+        if rest.split("/")[0].isdigit() or os.path.isdir("/proc/" + rest):
+            return   # a pid of the sandbox's own, or there as far as the host's procfs tells: the launch decides
         problem = f"no such directory in the sandbox's own procfs on {cover.dest} (as the host's /proc tells)"
     elif host is not None:
         if os.path.isdir(host):

@@ -266,10 +266,13 @@ def _expand(path: str) -> str:
 
 
 def _env_key(exc: PolicyError, env: dict) -> str:
-    for sub in ("set", "unset", "keep", "clear"):
+    """The ``[env]`` key an Env error came from (its value, or the conflict's)."""
+    for sub in ("set", "unset", "keep"):
         value = env.get(sub)
-        if value is not None and exc.value is not None and (
-                exc.value == value or exc.value in (value if not isinstance(value, dict) else value.keys())):
+        if value is None or exc.value is None:
+            continue
+        names = list(value)   # a table: its names
+        if exc.value in names or exc.value == tuple(names) or (sub == "set" and exc.value in value.values()):
             return f"env.{sub}"
     return "env.keep" if exc.reason == Reason.CONFLICTING_OPTIONS else "env"
 
