@@ -219,13 +219,13 @@ def describe(exc, args, profile=None) -> str:
     if field is None and isinstance(value, str):   # a plan check: the option whose path it is
         field = next((name for name in ("tmpfs", "hide", "ro", "rw") for given in getattr(args, name, None) or ()
                       if given == value or _canon(given) == value), None)
+    if profile is not None and not _given(args, field):
+        key = profile.key_for(exc)
+        if key is not None:
+            return f"{reason}: {profile.where(key)}: {message}"
     if field == "chdir" and getattr(args, "chdir", None) is None:
         field = "workdir"    # the start directory was the workdir (given or the current directory)
     given = _given(args, field)
-    if profile is not None and not given:
-        key = profile.key_for(exc) if field in (None, "workdir", "chdir") or field in profile.values else None
-        if key is not None:
-            return f"{reason}: {profile.where(key)}: {message}"
     option = OPTION_OF.get(field or "")
     if option is None:
         return f"{reason}: {message}"
