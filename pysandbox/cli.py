@@ -12,7 +12,6 @@ import argparse
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import time
@@ -27,10 +26,6 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE = KILL_GRACE   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
 PROG = "pysandbox"
 VERBOSE_HELP = "log the backend choice and the setup's steps with their timings to stderr"
-# Policy field (PolicyError.field) -> the option that sets it
-OPTION_OF = {"chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
-             "tmpfs": "--tmpfs", "profile": "--profile"}
-_STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
 
 RUN_EPILOG = """\
 exit status: the command's own; 128+N when it was killed by signal N; 125 when the
@@ -200,62 +195,13 @@ def main(argv: list[str] | None = None) -> int:
             return _status(args, profile)
         return _run(parser, args, profile)
     except PolicyError as exc:
+        from .cli_errors import describe
         _say(describe(exc, args, profile))
         return EXIT_USAGE
     except SandboxError as exc:
-        _say(exc if args.verbose else _STEP_DETAIL.sub("", str(exc)))
+        from .cli_errors import without_step
+        _say(exc if args.verbose else without_step(str(exc)))
         return EXIT_SETUP
-
-
-def describe(exc, args, profile=None) -> str:
-    """A PolicyError's line, naming the option the user gave (``--chdir /missing: ...``)
-    or the profile's file, line and key the value came from."""
-    reason = exc.reason.value
-    message = exc.args[0] if exc.args else ""
-    if profile is not None and message.startswith(profile.path):
-        return f"{reason}: {message}"    # already names the file and key
-    field = exc.field
-    value = exc.value
-    if field is None and isinstance(value, str):   # a plan check: the option whose path it is
-        field = next((name for name in ("tmpfs", "hide", "ro", "rw") for given in getattr(args, name, None) or ()
-                      if given == value or _canon(given) == value), None)
-    if profile is not None and not _given(args, field):
-        key = profile.key_for(exc)
-        if key is not None:
-            return f"{reason}: {profile.where(key)}: {message}"
-    if field == "chdir" and getattr(args, "chdir", None) is None:
-        field = "workdir"    # the start directory was the workdir (given or the current directory)
-    given = _given(args, field)
-    option = OPTION_OF.get(field or "")
-    if option is None:
-        return f"{reason}: {message}"
-    shown = value if isinstance(value, str) else None
-    if isinstance(given, list):
-        shown = next((g for g in given if g == value or _canon(g) == value), shown)
-    elif isinstance(given, str):
-        shown = given
-    elif field == "workdir" and not getattr(args, "no_workdir", False):
-        option = "the current directory (the default --workdir)"
-    for prefix in (f"{exc.field} {value}: ", f"{field} {value}: "):
-        if isinstance(value, str) and message.startswith(prefix):
-            message = message[len(prefix):]
-    return f"{reason}: {option}{' ' + shown if shown else ''}: {message}"
-
-
-def _given(args, field):
-    """What the command line gave for a Policy field: a list, a string or None."""
-    if field in ("ro", "rw", "hide", "tmpfs"):
-        return getattr(args, field, None) or None
-    if field in ("chdir", "workdir"):
-        return getattr(args, field, None)
-    return None
-
-
-def _canon(path):
-    try:
-        return os.path.realpath(path)
-    except (TypeError, ValueError):
-        return path
 
 
 def _policy(args, profile=None):
