@@ -79,11 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run CMD in a sandbox: / read-only, the working directory "
                                      "read-write, fresh /proc, minimal /dev, private /tmp, new user, "
                                      "mount, pid, ipc, uts and (network deny) net namespaces.")
-    run.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
-    _profile_arg(run)
-    _backend_arg(run)
-    run.add_argument("--network", choices=("deny", "allow"), default=None,
-                     help="deny: a new network namespace with only lo (default); allow: the host network")
+    _common_args(run, "deny: a new network namespace with only lo (default); allow: the host network")
     wd = run.add_mutually_exclusive_group()
     wd.add_argument("--workdir", metavar="PATH",
                     help="directory bound read-write and started in (default: the current directory; "
@@ -130,13 +126,17 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="what works here, per backend, capability and network mode",
                         description="Report, per backend, which capabilities and network modes work "
                                     "here and why not. Exit 0 when the policy can run, 1 when not.")
-    st.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
-    _profile_arg(st)
-    _backend_arg(st)
-    st.add_argument("--network", choices=("deny", "allow"), default=None,
-                    help="network mode of the policy to check (default: deny)")
+    _common_args(st, "network mode of the policy to check (default: deny)")
     st.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _common_args(parser, network_help: str) -> None:
+    """The options ``run`` and ``status`` share."""
+    parser.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    _profile_arg(parser)
+    _backend_arg(parser)
+    parser.add_argument("--network", choices=("deny", "allow"), default=None, help=network_help)
 
 
 def _backend_arg(parser):
