@@ -236,7 +236,10 @@ def _policy(args, profile=None):
     for flag in ("keep_authority_sockets", "strict_unix", "allow_io_uring"):
         if getattr(args, flag):
             kw[flag] = True
-    return Policy.default(**kw)
+    policy = Policy.default(**kw)
+    if profile is not None:
+        profile.check_outside(policy)
+    return policy
 
 
 def home_directories() -> set[str]:

@@ -162,16 +162,8 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
 
 
 def writable_host_paths(policy: P.Policy) -> tuple:
-    """Host paths the sandbox can write: rw bind sources, overlay upper and work
-    directories, and the policy's writable sandbox paths."""
-    paths = []
-    for op in policy.fs:
-        if isinstance(op, P.Bind) and op.src is not None and not op.readonly:
-            paths.append(op.src)
-        elif isinstance(op, P.Overlay) and op.writable:
-            paths += [op.upper, op.work]
-    paths.extend(policy.writable_paths)
-    return tuple(paths)
+    """Host paths the sandbox can write (``Policy.writable_host_paths``)."""
+    return policy.writable_host_paths
 
 
 def _compile_fs(op, done, allow_host_mountpoints):

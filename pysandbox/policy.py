@@ -353,6 +353,19 @@ class Policy:
         return dataclasses.replace(self, **changes)
 
     @property
+    def writable_host_paths(self) -> tuple[str, ...]:
+        """Host paths the sandbox can write: rw bind sources, overlay upper and work
+        directories, and the writable sandbox paths (:attr:`writable_paths`)."""
+        paths = []
+        for op in self.fs:
+            if isinstance(op, Bind) and op.src is not None and not op.readonly:
+                paths.append(op.src)
+            elif isinstance(op, Overlay) and op.writable:
+                paths += [op.upper, op.work]
+        paths.extend(self.writable_paths)
+        return tuple(paths)
+
+    @property
     def writable_paths(self) -> tuple[str, ...]:
         """Sandbox paths that end up writable and backed by the host (rw binds, overlays
         with an upper directory)."""

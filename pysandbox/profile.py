@@ -34,7 +34,9 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     backend = "auto"
     timeout = 600                                  # seconds
 
-Errors are :class:`~pysandbox.errors.PolicyError` naming the file, the line and the key
+A profile inside a path its own policy makes writable is refused (a command run under
+it could rewrite it for the next run). Errors are :class:`~pysandbox.errors.PolicyError`
+naming the file, the line and the key
 (``agent.toml:7: ro: bind source does not exist: /opt/data``); an unknown key is an
 error with a "did you mean". A name without ``/`` and without ``.toml`` is a profile
 shipped in ``pysandbox/profiles/`` (:func:`shipped`).
@@ -86,6 +88,24 @@ class Profile:
     text: str
     values: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)    # the same keys, as written in the file
+    file: str | None = None                    # the file's real path on the host
+
+    def check_outside(self, policy) -> None:
+        """Refuse a policy that can write its own profile: a command run under it could
+        rewrite the file (``network = "allow"``, ``rw = ["~"]``) for the next run.
+
+        Raises:
+            PolicyError: ``conflicting_options``, naming the file and the writable path.
+        """
+        if self.file is None:
+            return
+        for path in policy.writable_host_paths:
+            top = os.path.realpath(path)
+            if self.file == top or self.file.startswith(top.rstrip("/") + "/"):
+                raise PolicyError(f"profile {self.path}: inside {path}, which the policy it describes makes "
+                                  "writable: a command run under it could rewrite its own profile for the next "
+                                  "run; keep the profile outside the writable paths", Reason.CONFLICTING_OPTIONS,
+                                  self.path, field="profile")
 
     def line(self, key: str) -> int | None:
         """The line (1-based) where ``key`` (``"ro"``, ``"env.set"``...) is set, or None."""
@@ -137,9 +157,11 @@ class Profile:
         kw = self.policy_kwargs(env_cls)
         kw.update(overrides)
         try:
-            return policy_cls.default(**kw)
+            policy = policy_cls.default(**kw)
         except PolicyError as exc:
             raise self.locate(exc) from None
+        self.check_outside(policy)
+        return policy
 
     def locate(self, exc: PolicyError) -> PolicyError:
         """``exc`` (from a policy built with this profile's values) naming the key it came from."""
@@ -177,6 +199,7 @@ def load(name_or_path) -> Profile:
                               + "; a file path needs a '/' or the .toml suffix", Reason.INVALID_VALUE, path,
                               field="profile")
         text, shown = entry.read_text(), f"{path} ({entry})"
+        real = os.path.realpath(str(entry)) if isinstance(entry, os.PathLike) else None
     else:
         try:
             with open(path, encoding="utf-8") as f:
@@ -184,12 +207,12 @@ def load(name_or_path) -> Profile:
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyError(f"cannot read profile {path}: {getattr(exc, 'strerror', None) or exc}",
                               Reason.INVALID_VALUE, path, field="profile") from None
-        shown = path
+        shown, real = path, os.path.realpath(path)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{shown}: {exc}", Reason.INVALID_VALUE, path, field="profile") from None
-    profile = Profile(shown, text)
+    profile = Profile(shown, text, file=real)
     _check(profile, doc)
     return profile
 

@@ -207,3 +207,22 @@ def test_bad_profile_backend_names_the_key(tmp_path, capsys):
     assert cli.main(["run", "--profile", path, "--no-workdir", "--", "true"]) == 2
     err = capsys.readouterr().err
     assert f"{path}:3: run.backend" in err and "auto, native or bwrap" in err
+
+
+def test_a_profile_its_policy_can_write_is_refused(tmp_path, monkeypatch):
+    """A command run under a profile must not be able to rewrite it for the next run."""
+    (tmp_path / "proj").mkdir()
+    inside = write(tmp_path / "proj", 'workdir = "."\n')
+    monkeypatch.chdir(tmp_path / "proj")
+    exc = error(inside)
+    assert exc.reason.value == "conflicting_options" and exc.field == "profile"
+    args = parse("run", "--profile", inside, "--", "true")
+    with pytest.raises(PolicyError):
+        cli._policy(args, profile.load(inside))
+    with pytest.raises(PolicyError):   # also when the command line adds the writable path
+        cli._policy(parse("run", "--profile", write(tmp_path, "", "out.toml"), "--rw", str(tmp_path), "--", "true"),
+                    profile.load(str(tmp_path / "out.toml")))
+    # controls: the same profile when the policy cannot write it; one outside the workdir
+    assert cli._policy(parse("run", "--profile", inside, "--no-workdir", "--", "true"), profile.load(inside))
+    outside = write(tmp_path, 'workdir = "."\n', "outside.toml")
+    assert Policy.from_toml(outside).chdir == str(tmp_path / "proj")
