@@ -133,6 +133,7 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
         for planned in _compile_fs(op, done, policy.allow_host_mountpoints):
             done.append(planned)
             ops.append(planned)
+    _check_proc_binds(done)
     ops.append(PivotRoot())
     if "net" in ns:
         ops.append(LoopbackUp())
@@ -245,6 +246,25 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
         f"{dest} does not exist inside the {where} host bind of {cover.src}; pysandbox never creates "
         f"mount points on the host: create the {kind} first, or put a tmpfs or dir above it",
         Reason.MOUNT_POINT_MISSING, dest)
+
+
+def _check_proc_binds(done):
+    """The host's procfs bound writable: its host-global entries (sys, sysrq-trigger, ...)
+    accept writes from a caller's uid 0 mapped in (invariant 9 of docs/ARCHITECTURE.md).
+    Only a bind of the whole ``/proc`` whose every ``PROC_READONLY`` entry is bound again
+    read-only after it (pybwrap's ``--proc`` without a pid namespace) may stay writable."""
+    for i, op in enumerate(done):
+        if not isinstance(op, BindMount) or op.readonly or op.src is None or \
+                not (op.src == "/proc" or op.src.startswith("/proc/")):
+            continue
+        if op.src == "/proc":
+            later = {o.dest for o in done[i + 1:] if isinstance(o, BindMount) and o.readonly}
+            if all(f"{op.dest.rstrip('/')}/{sub}" in later for sub in PROC_READONLY
+                   if os.path.lexists(f"/proc/{sub}")):
+                continue
+        raise PolicyError(f"a writable bind of the host's procfs ({op.src}) would let the command change "
+                          "host-global kernel settings (/proc/sys, sysrq-trigger): bind it read-only",
+                          Reason.CONFLICTING_OPTIONS, op.src)
 
 
 def _check_type(dest, host, want_dir):

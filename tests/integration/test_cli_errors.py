@@ -34,6 +34,8 @@ TABLE = [
     (["--ro", "/no/such/dir"], 2, "bind_source_missing", "--ro /no/such/dir", ["--ro", "/usr"]),
     (["--rw", "/no/such/dir"], 2, "bind_source_missing", "--rw /no/such/dir", None),
     (["--ro", "/proc/self"], 2, "mount_point_missing", "--ro /proc/self", ["--ro", "/proc/sys"]),
+    (["--rw", "/proc/sys"], 2, "conflicting_options", "--rw /proc/sys", ["--ro", "/proc/sys"]),
+    (["--rw", "/proc"], 2, "conflicting_options", "--rw /proc", ["--ro", "/proc"]),
     (["--setenv", "A=B", "1"], 2, "invalid_value", "environment name", ["--setenv", "A", "1"]),
     (["--unsetenv", "A=B"], 2, "invalid_value", "environment name", ["--unsetenv", "A"]),
     (["--keep-env", "A=B"], 2, "invalid_value", "environment name", ["--keep-env", "PATH"]),

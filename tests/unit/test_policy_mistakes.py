@@ -96,3 +96,23 @@ def test_nesting_hint_only_with_evidence(monkeypatch):
     assert host.nested_hint("userns").startswith("nested sandbox: ")
     assert "procfs" in host.nested_hint("proc")
     assert os.path.exists("/proc/self/uid_map")   # what nesting() reads
+
+
+def test_writable_host_procfs_bind_is_refused():
+    """Invariant 9: no host-global kernel knob writable, whatever the caller's uid; a
+    read-write bind of the host's /proc/sys would hand a root caller's sysctls over."""
+    for src, dest in (("/proc/sys", "/proc/sys"), ("/proc", "/proc"), ("/proc/sys", "/mnt")):
+        exc = refused(lambda: Policy(fs=(Bind("/", "/", readonly=True), Proc("/proc"), Bind(src, dest))))
+        assert exc.reason.value == "conflicting_options" and "procfs" in exc.args[0], (src, dest)
+    for kw in (dict(rw=["/proc/sys"]), dict(rw=["/proc"])):
+        exc = refused(lambda: Policy.default(**kw))
+        assert exc.reason.value == "conflicting_options"
+    # controls: read-only, and pybwrap's shape (the whole /proc, every host-global entry
+    # bound again read-only after it)
+    compile_plan(Policy.default(ro=["/proc/sys"]))
+    from pysandbox.ops import PROC_READONLY
+    covers = tuple(Bind(f"/proc/{s}", f"/mnt/proc/{s}", readonly=True) for s in PROC_READONLY
+                   if os.path.lexists(f"/proc/{s}"))
+    compile_plan(Policy(fs=(Bind("/", "/", readonly=True), Tmpfs("/mnt"), Bind("/proc", "/mnt/proc")) + covers))
+    with pytest.raises(PolicyError):   # ... and without the covers it is refused
+        compile_plan(Policy(fs=(Bind("/", "/", readonly=True), Tmpfs("/mnt"), Bind("/proc", "/mnt/proc"))))
