@@ -248,6 +248,13 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
         Reason.MOUNT_POINT_MISSING, dest)
 
 
+def _made_at_or_below(path, done) -> bool:
+    """Whether an op of ``done`` makes ``path`` or something inside it."""
+    below = path + "/"
+    return any((getattr(op, "dest", None) or "") == path or (getattr(op, "dest", None) or "").startswith(below)
+               for op in done)
+
+
 def _check_proc_binds(done):
     """The host's procfs bound writable: its host-global entries (sys, sysrq-trigger, ...)
     accept writes from a caller's uid 0 mapped in (invariant 9 of docs/ARCHITECTURE.md).
@@ -296,8 +303,8 @@ def _check_in_proc(dest, cover):
 def _check_chdir(path, done):
     """The command's start directory must exist, be a directory and not be hidden in the
     sandbox's view, as far as the host can tell before a launch (a procfs is judged by the
-    host's, a pid directory and a minimal /dev, whose nodes the backend makes, are left to
-    the launch's chdir)."""
+    host's; a pid directory, and what the setup makes inside a minimal /dev (shm, pts, the
+    fd links) or elsewhere, are left to the launch's chdir)."""
     if path == "/":
         return   # the new root: always there
     host, cover = host_path(path, done)
@@ -314,12 +321,13 @@ def _check_chdir(path, done):
             return
         problem = "not a directory in the sandbox view" if os.path.lexists(host) else \
             "no such directory in the sandbox view"
-    elif cover is None or isinstance(cover, (MountTmpfs, MountMqueue, MountOverlay)):   # not MinimalDev: shm, pts
-        below = path + "/"
-        if path == getattr(cover, "dest", None) or any(
-                getattr(op, "dest", None) == path or (getattr(op, "dest", None) or "").startswith(below)
-                for op in done):
-            return   # made by the setup (or a parent of what it makes): what it is, the launch tells
+    elif path == getattr(cover, "dest", None) or _made_at_or_below(path, done):
+        return   # made by the setup (or a parent of what it makes): what it is, the launch tells
+    elif isinstance(cover, MinimalDev):
+        if path[len(cover.dest):].strip("/").split("/")[0] in ("shm", "pts", "fd", "stdin", "stdout", "stderr"):
+            return   # made by the backend's minimal /dev
+        problem = f"no such directory in the sandbox's minimal /dev on {cover.dest}"
+    elif cover is None or isinstance(cover, (MountTmpfs, MountMqueue, MountOverlay)):
         problem = "no such directory in the sandbox view"
     else:
         return

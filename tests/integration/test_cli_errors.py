@@ -22,6 +22,7 @@ TABLE = [
     (["--chdir", "/etc/passwd"], 2, "invalid_path", "--chdir /etc/passwd: not a directory", ["--chdir", "/etc"]),
     (["--chdir", "relative"], 2, "invalid_path", "--chdir relative", ["--chdir", "/"]),
     (["--chdir", "/proc/no-such-entry"], 2, "invalid_path", "--chdir /proc/no-such-entry", ["--chdir", "/proc/sys"]),
+    (["--chdir", "/dev/nope"], 2, "invalid_path", "--chdir /dev/nope", ["--chdir", "/dev/shm"]),
     (["--workdir", "/no/such/dir"], 2, "bind_source_missing", "--workdir /no/such/dir", None),
     (["--workdir", "/etc/passwd"], 2, "invalid_path", "--workdir /etc/passwd: not a directory", None),
     (["--workdir", "/"], 2, "workdir_too_broad", "--workdir", None),
