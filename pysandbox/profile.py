@@ -60,7 +60,9 @@ __all__ = ["Profile", "load", "shipped"]
 
 _PATHS = ("ro", "rw", "hide", "tmpfs")
 _FLAGS = ("share_session", "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_nested_userns")
-# key -> (what it must be, the Policy.default argument it fills)
+# key -> what its value must be (the words of the error message). Not here: pass_fds (a
+# descriptor number means nothing outside the process that opened it) and the seccomp
+# programs (bytes); --pass-fd and the Python API give those.
 _TOP = {
     "description": "a string", "network": "a string", "workdir": "a path or false",
     **{k: "a list of paths" for k in _PATHS}, "chdir": "a path or .",
@@ -189,7 +191,7 @@ def load(name_or_path) -> Profile:
             "did you mean"), or a value of the wrong type; each names the file and line.
     """
     path = os.fspath(name_or_path)
-    if "/" not in path and not path.endswith(".toml") and not os.path.exists(path):
+    if "/" not in path and not path.endswith(".toml"):   # a name, never a file of the current directory
         folder = resources.files("pysandbox") / "profiles"
         entry = folder / f"{path}.toml"
         if not entry.is_file():
