@@ -13,23 +13,20 @@ seccomp; new session; chdir; exec.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import os
 import stat
-import time
-from dataclasses import dataclass
 
 from . import policy as P
 from . import seccomp as _seccomp
 from .errors import PolicyError, Reason
+from .records import dataclass
 
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
 from . import view as _view
+from .trace import clock, debug_logger, describe_op, ms
 from .view import host_path
 
-log = logging.getLogger("pysandbox")
 
 
 @dataclass(frozen=True)
@@ -89,30 +86,14 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
     """
     if not isinstance(policy, P.Policy):
         raise PolicyError("compile needs a Policy", Reason.INVALID_VALUE, policy)
-    started = time.perf_counter()
+    log = debug_logger()
+    started = clock() if log is not None else 0.0
     plan = _compile(policy, outer_ids)
-    if log.isEnabledFor(logging.DEBUG):
-        log.debug("plan: %d steps compiled in %.1f ms", len(plan.ops), (time.perf_counter() - started) * 1e3)
+    if log is not None:
+        log.debug("plan: %d steps compiled in %.1f ms", len(plan.ops), ms(started))
         for i, op in enumerate(plan.ops):
             log.debug("  step %2d  %s", i, describe_op(op))
     return plan
-
-
-def describe_op(op) -> str:
-    """One plan step as one short line (byte strings by their size)."""
-    parts = []
-    for f in dataclasses.fields(op):
-        value = getattr(op, f.name)
-        if value is None or value is False or value == () or value == f.default:
-            continue
-        if isinstance(value, (bytes, bytearray)):
-            value = f"<{len(value)} bytes>"
-        elif isinstance(value, frozenset):
-            value = "{" + ",".join(sorted(map(str, value))) + "}"
-        elif isinstance(value, int) and "mode" in f.name:
-            value = oct(value)
-        parts.append(f"{f.name}={value}")
-    return f"{type(op).__name__}({', '.join(parts)})"
 
 
 def _compile(policy: P.Policy, outer_ids) -> Plan:
@@ -143,7 +124,7 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
         ops.append(EnterUserns2(policy.userns2_fd))
     if not policy.allow_nested_userns:
         ops.append(DisableUserns())
-    ops.append(DropCapabilities(policy.caps_keep))
+    ops.append(DropCapabilities(policy.caps_keep, ambient=policy.caps_ambient))
     ops.append(NoNewPrivs())
     if policy.block_fd is not None:   # as bwrap: after the capability drop, before seccomp
         ops.append(WaitFd(policy.block_fd))

@@ -292,7 +292,7 @@ class Sandbox:
         finally:
             theirs.close()
         self.backend_name = self._server.backend_name
-        if not self.channel.wait_for(lambda: self.channel.ready, start_timeout) or not self.channel.ready:
+        if not self.channel.wait_for(lambda: self.channel.ready, start_timeout):
             why = self.channel.lost
             self.close()
             code = self._server.returncode

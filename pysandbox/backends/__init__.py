@@ -7,15 +7,13 @@ fallback from an explicit choice, and no fallback to running unsandboxed.
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 
 from ..errors import BackendUnavailable, CapabilityUnavailable, PolicyError, Reason
+from ..trace import clock, debug_logger, ms
 from .base import check_network_mode
 
 BACKENDS = ("native", "bwrap")
-log = logging.getLogger("pysandbox")
 _instances: dict = {}
 _lock = threading.Lock()
 
@@ -55,16 +53,22 @@ def select_backend(name: str, plan):
             _checked(backend, plan, "backend auto: bwrap")
         except (BackendUnavailable, CapabilityUnavailable):
             raise native_error from None
-        log.warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
+        import logging   # here: a launch that logs nothing imports nothing for it
+        logging.getLogger("pysandbox").warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
         return backend
 
 
 def _checked(backend, plan, what: str) -> None:
-    started = time.perf_counter()
+    """``backend.check(plan)``, logged with its time when someone listens (trace.py)."""
+    log = debug_logger()
+    if log is None:
+        backend.check(plan)
+        return
+    started = clock()
     try:
         backend.check(plan)
     except Exception as exc:
-        log.debug("%s: unavailable after %.1f ms: %s", what, (time.perf_counter() - started) * 1e3,
+        log.debug("%s: unavailable after %.1f ms: %s", what, ms(started),
                   getattr(getattr(exc, "reason", None), "value", type(exc).__name__))
         raise
-    log.debug("%s: checked in %.1f ms", what, (time.perf_counter() - started) * 1e3)
+    log.debug("%s: checked in %.1f ms", what, ms(started))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 from .. import plan as P
 from ..errors import NativeModuleMissing, Reason
@@ -36,12 +35,12 @@ from .native_errors import namespace_error, setup_error
 from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
 # The op array's names, re-exported: the tests and the module loader read them here.
 from .native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE,  # noqa: F401
-                         F_MODE, F_NO_AMBIENT, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV, MS_NOEXEC,
+                         F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV, MS_NOEXEC,
                          MS_NOSUID, OP, OP_KINDS, PROBE_IDMAP, PROC_RO, STAGE_CLONE, STAGE_EXEC, STAGE_FDS,
                          STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, _sub_list, pack, parent_mode)
 from .native_translate import translate
+from ..trace import clock, debug_logger, ms
 
-_log = P.log
 
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
 
@@ -234,9 +233,10 @@ class NativeBackend:
             FileNotFoundError, PermissionError, OSError: the command cannot be executed.
         """
         ffi, lib = _load()
-        started = time.perf_counter()
+        log = debug_logger()
+        started = clock()
         ready = self._prepare(plan)
-        prepared = time.perf_counter()
+        prepared = clock()
         argv = list(launch.argv)
         exe = launch.executable or argv[0]
         if plan.argv0 is not None:
@@ -265,10 +265,10 @@ class NativeBackend:
             rc = lib.psb_spawn(ready.plan, L, res)
         else:
             rc = _spawn_reporting(lib, ready.plan, L, res, launch.on_start)
-        if _log.isEnabledFor(10):   # DEBUG
-            _log.debug("native: %d ops (translated in %.1f ms); clone, setup and exec in %.1f ms%s",
-                       len(ready.compiled.ops), (prepared - started) * 1e3, (time.perf_counter() - prepared) * 1e3,
-                       "" if rc == 0 else f": failed at native op {res.op}")
+        if log is not None:
+            log.debug("native: %d ops (translated in %.1f ms); clone, setup and exec in %.1f ms%s",
+                      len(ready.compiled.ops), (prepared - started) * 1e3, ms(prepared),
+                      "" if rc == 0 else f": failed at native op {res.op}")
         if rc != 0:
             err = setup_error(ready.compiled, res.stage, res.op, res.err, exe, plan.namespaces)
             raise err from OSError(res.err, os.strerror(res.err) if res.err else "")

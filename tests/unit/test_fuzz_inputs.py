@@ -338,7 +338,7 @@ def test_pybwrap_cli_never_tracebacks(monkeypatch, argv):
     import bwrap_compat.cli as bcli
     import bwrap_compat.launch as blaunch
 
-    def recording_run(args, backend="native"):
+    def recording_run(args, backend="native", parent_pid=None):
         policy, _compat = bwrap_compat_to_policy(args)
         raise Launched(list(args.command) if hasattr(args, "command") else [], policy)
 
