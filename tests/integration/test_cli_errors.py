@@ -147,3 +147,19 @@ def test_status_text_shows_authority_and_json_numbers(wd):
     allow = subprocess.run([sys.executable, "-m", "pysandbox", "status", "--network", "allow"],
                            capture_output=True, text=True, timeout=300, cwd=wd)
     assert "variables unset none" in allow.stdout    # control: allow masks nothing
+
+
+def test_a_quiet_launch_imports_nothing_for_logging_or_profiles(wd):
+    """--verbose and --profile cost nothing when unused (issue 15's start-up budget):
+    a plain launch imports neither logging nor the TOML reader; the control with both
+    imports them."""
+    code = ("import json, sys\nfrom pysandbox.cli import main\ncode = main(ARGV)\n"
+            "print(json.dumps([code, sorted(m for m in ('logging', 'tomllib', 'pysandbox.profile') "
+            "if m in sys.modules)]))")
+    plain = subprocess.run([sys.executable, "-c", code.replace("ARGV", repr(["run", "--", "true"]))],
+                           capture_output=True, text=True, timeout=120, cwd=wd)
+    assert json.loads(plain.stdout.splitlines()[-1]) == [0, []], plain.stderr
+    loud = subprocess.run([sys.executable, "-c", code.replace(
+        "ARGV", repr(["-v", "run", "--profile", "inspect", "--", "true"]))],
+        capture_output=True, text=True, timeout=120, cwd=wd)
+    assert json.loads(loud.stdout.splitlines()[-1]) == [0, ["logging", "pysandbox.profile", "tomllib"]], loud.stderr
