@@ -21,7 +21,8 @@ __all__ = [
     "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "NativeModuleMissing", "Network",
     "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "Overlay", "PIPE", "Policy", "PolicyError", "Popen",
     "Pool", "Proc", "Reason", "Sandbox", "SessionError", "SessionProcess", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
-    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "run", "status",
+    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "call", "check_call",
+    "check_output", "run", "status",
     "__version__",
 ]
 
@@ -34,7 +35,7 @@ _HOME = {
     **dict.fromkeys(("Bind", "Chmod", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "Network", "Overlay",
                      "Policy", "Proc", "RemountRo", "Symlink", "Tmpfs"), "policy"),
     **dict.fromkeys(("DEVNULL", "PIPE", "STDOUT", "CalledProcessError", "CompletedProcess", "Popen",
-                     "SandboxProcess", "TimeoutExpired", "run"), "process"),
+                     "SandboxProcess", "TimeoutExpired", "call", "check_call", "check_output", "run"), "process"),
     "status": "status", "Sandbox": "session", "SessionProcess": "session", "Pool": "pool",
 }
 # the submodules `import pysandbox` used to import, still reachable as attributes
@@ -51,7 +52,7 @@ if TYPE_CHECKING:   # what type checkers and IDEs read; at run time __getattr__ 
                          RemountRo, Symlink, Tmpfs)
     from .pool import Pool
     from .process import (DEVNULL, PIPE, STDOUT, CalledProcessError, CompletedProcess, Popen, SandboxProcess,
-                          TimeoutExpired, run)
+                          TimeoutExpired, call, check_call, check_output, run)
     from .session import Sandbox, SessionProcess
     from .status import status
 del TYPE_CHECKING

@@ -184,9 +184,9 @@ def _compile_fs(op, done, allow_host_mountpoints):
         P.check_overlay_sources(op)
         index = sum(1 for d in done if isinstance(d, MountOverlay) and d.tmp) if op.tmp else 0
         planned = MountOverlay(op.dest, op.lower, op.upper, op.work, op.tmp, index)
-        if len(planned.data.encode()) >= MOUNT_DATA_MAX:
+        if len(os.fsencode(planned.data)) >= MOUNT_DATA_MAX:
             raise PolicyError(f"the overlay on {op.dest} has mount options longer than a page "
-                              f"({len(planned.data.encode())} bytes): use fewer or shorter lower directories",
+                              f"({len(os.fsencode(planned.data))} bytes): use fewer or shorter lower directories",
                               Reason.INVALID_VALUE, op.dest)
         _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
     elif isinstance(op, P.RemountRo):

@@ -307,5 +307,5 @@ def check_expressible(plan: P.Plan, info) -> None:
 
 def nul_joined(words: list[str]) -> bytes:
     """``words`` NUL-terminated, as ``bwrap --args FD`` reads them."""
-    return b"".join(w.encode() + b"\0" for w in words)
+    return b"".join(os.fsencode(w) + b"\0" for w in words)   # paths may hold non-UTF-8 bytes
 
