@@ -136,7 +136,7 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
         strict_unix=policy.strict_unix, network=policy.network.mode, allow_io_uring=policy.allow_io_uring))
     if policy.new_session:
         ops.append(NewSession())
-    _check_chdir(policy.chdir or "/", done)
+    _view.check_start_directory(policy.chdir or "/", done, "chdir", field="chdir")
     ops.append(Chdir(policy.chdir or "/"))
     return Plan(ops=tuple(ops), argv0=policy.argv0, as_pid_1=policy.as_pid_1,
                 die_with_parent=policy.die_with_parent, network=policy.network,
@@ -229,13 +229,6 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
         Reason.MOUNT_POINT_MISSING, dest)
 
 
-def _made_at_or_below(path, done) -> bool:
-    """Whether an op of ``done`` makes ``path`` or something inside it."""
-    below = path + "/"
-    return any((getattr(op, "dest", None) or "") == path or (getattr(op, "dest", None) or "").startswith(below)
-               for op in done)
-
-
 def _check_proc_binds(done):
     """The host's procfs bound writable: its host-global entries (sys, sysrq-trigger, ...)
     accept writes from a caller's uid 0 mapped in (invariant 9 of docs/ARCHITECTURE.md).
@@ -279,40 +272,6 @@ def _check_in_proc(dest, cover):
         raise PolicyError(f"{dest} is inside the sandbox's own procfs on {cover.dest}, where it does not exist "
                           f"(a host process's entry is not in the sandbox's pid namespace): nothing can be "
                           f"mounted there", Reason.MOUNT_POINT_MISSING, dest)
-
-
-def _check_chdir(path, done):
-    """The command's start directory must exist, be a directory and not be hidden in the
-    sandbox's view, as far as the host can tell before a launch (a procfs is judged by the
-    host's; a pid directory, and what the setup makes inside a minimal /dev (shm, pts, the
-    fd links) or elsewhere, are left to the launch's chdir)."""
-    if path == "/":
-        return   # the new root: always there
-    host, cover = host_path(path, done)
-    if isinstance(cover, MountTmpfs) and cover.readonly and cover.mode == HIDE_MODE:
-        raise PolicyError(f"chdir {path}: hidden in the sandbox view (a hide covers {cover.dest}): the "
-                          f"command cannot start there", Reason.CONFLICTING_OPTIONS, path, field="chdir")
-    if isinstance(cover, MountProc) and path != cover.dest:
-        rest = path[len(cover.dest):].lstrip("/")
-        if rest.split("/")[0].isdigit() or os.path.isdir("/proc/" + rest):
-            return   # a pid of the sandbox's own, or there as far as the host's procfs tells: the launch decides
-        problem = f"no such directory in the sandbox's own procfs on {cover.dest} (as the host's /proc tells)"
-    elif host is not None:
-        if os.path.isdir(host):
-            return
-        problem = "not a directory in the sandbox view" if os.path.lexists(host) else \
-            "no such directory in the sandbox view"
-    elif path == getattr(cover, "dest", None) or _made_at_or_below(path, done):
-        return   # made by the setup (or a parent of what it makes): what it is, the launch tells
-    elif isinstance(cover, MinimalDev):
-        if path[len(cover.dest):].strip("/").split("/")[0] in ("shm", "pts", "fd", "stdin", "stdout", "stderr"):
-            return   # made by the backend's minimal /dev
-        problem = f"no such directory in the sandbox's minimal /dev on {cover.dest}"
-    elif cover is None or isinstance(cover, (MountTmpfs, MountMqueue, MountOverlay)):
-        problem = "no such directory in the sandbox view"
-    else:
-        return
-    raise PolicyError(f"chdir {path}: {problem}", Reason.INVALID_PATH, path, field="chdir")
 
 
 def _compile_hide(op: P.Hide, done):

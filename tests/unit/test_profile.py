@@ -226,3 +226,13 @@ def test_a_profile_its_policy_can_write_is_refused(tmp_path, monkeypatch):
     assert cli._policy(parse("run", "--profile", inside, "--no-workdir", "--", "true"), profile.load(inside))
     outside = write(tmp_path, 'workdir = "."\n', "outside.toml")
     assert Policy.from_toml(outside).chdir == str(tmp_path / "proj")
+
+
+def test_shipped_profiles_are_package_data():
+    import tomllib
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "profiles/*.toml" in data["pysandbox"]
+    assert "include pysandbox/profiles/*.toml" in (root / "MANIFEST.in").read_text()
+    assert sorted(p.stem for p in (root / "pysandbox" / "profiles").glob("*.toml")) == list(SHIPPED)
