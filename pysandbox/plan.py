@@ -28,7 +28,6 @@ from .trace import clock, debug_logger, describe_op, ms
 from .view import host_path
 
 
-
 @dataclass(frozen=True)
 class Plan:
     """The compiled policy: the whole contract between a Policy and a backend.
@@ -80,7 +79,10 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
             that does not exist inside a host bind (``mount_point_missing``), a chdir
             outside anything mounted; a chdir that is missing, not a directory or hidden
             in the sandbox's view (``invalid_path``, ``conflicting_options``); a mount
-            point of the wrong type (``invalid_path``).
+            point of the wrong type (``invalid_path``) or inside the sandbox's own procfs
+            where it has none (``mount_point_missing``); a writable bind of the host's
+            procfs (``conflicting_options``). With a DEBUG listener on the ``pysandbox``
+            logger (``--verbose``), logs the steps and the compile time (trace.py).
         CapabilityUnavailable: ``seccomp_unavailable``, no built-in filter for this
             architecture (seccomp.py).
     """
