@@ -41,20 +41,17 @@ naming the file, the line and the key
 error with a "did you mean". A name without ``/`` and without ``.toml`` is a profile
 shipped in ``pysandbox/profiles/`` (:func:`shipped`).
 
-Imported only when a profile is used (``tomllib`` and ``difflib`` stay out of
-``import pysandbox``).
+Imported only when a profile is used; ``difflib`` only for an error's "did you mean".
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
-from importlib import resources
 
 from .errors import PolicyError, Reason
+from .records import dataclass, field
 
 __all__ = ["Profile", "load", "shipped"]
 
@@ -75,10 +72,21 @@ _RUN = {"backend": "a string", "timeout": "a number of seconds"}
 _TABLES = {"": _TOP, "env": _ENV, "run": _RUN}
 
 
+# The shipped profiles: package data next to this module (pyproject's package-data).
+SHIPPED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "profiles")
+
+
 def shipped() -> list[str]:
     """The names of the profiles shipped with pysandbox (``--profile NAME``)."""
-    folder = resources.files("pysandbox") / "profiles"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+    try:
+        return sorted(name[:-5] for name in os.listdir(SHIPPED_DIR) if name.endswith(".toml"))
+    except OSError:
+        return []
+
+
+def _close(word: str, choices) -> list[str]:
+    import difflib   # only for an error's "did you mean"
+    return difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
 
 
 @dataclass
@@ -192,24 +200,23 @@ def load(name_or_path) -> Profile:
     """
     path = os.fspath(name_or_path)
     if "/" not in path and not path.endswith(".toml"):   # a name, never a file of the current directory
-        folder = resources.files("pysandbox") / "profiles"
-        entry = folder / f"{path}.toml"
-        if not entry.is_file():
-            hint = difflib.get_close_matches(path, shipped(), n=1)
+        file = os.path.join(SHIPPED_DIR, f"{path}.toml")
+        if not os.path.isfile(file):
+            hint = _close(path, shipped())
             raise PolicyError(f"no profile named {path!r} (shipped: {', '.join(shipped())})"
                               + (f"; did you mean {hint[0]!r}?" if hint else "")
                               + "; a file path needs a '/' or the .toml suffix", Reason.INVALID_VALUE, path,
                               field="profile")
-        text, shown = entry.read_text(), f"{path} ({entry})"
-        real = os.path.realpath(str(entry)) if isinstance(entry, os.PathLike) else None
+        shown = f"{path} ({file})"
     else:
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyError(f"cannot read profile {path}: {getattr(exc, 'strerror', None) or exc}",
-                              Reason.INVALID_VALUE, path, field="profile") from None
-        shown, real = path, os.path.realpath(path)
+        file = shown = path
+    try:
+        with open(file, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"cannot read profile {shown}: {getattr(exc, 'strerror', None) or exc}",
+                          Reason.INVALID_VALUE, path, field="profile") from None
+    real = os.path.realpath(file)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -240,7 +247,7 @@ def _unknown(profile: Profile, table: str, key: str) -> PolicyError:
     known = list(_TABLES[table])
     if table == "":
         known += [f"{t}.{k}" for t in ("env", "run") for k in _TABLES[t]]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    close = _close(key, known)
     full = f"{table}.{key}" if table else key
     hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(_TABLES[table])})"
     return profile.error(full, f"unknown key {full!r}{hint}", Reason.INVALID_VALUE, key)
