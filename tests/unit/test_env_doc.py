@@ -12,7 +12,8 @@ NAME = re.compile(r"PYSANDBOX_[A-Z0-9_]+")
 
 def _product_names() -> set:
     names = set()
-    for pattern in ("pysandbox/**/*.py", "bwrap_compat/**/*.py", "native/*.c", "native/*.h", "native/*.py"):
+    for pattern in ("pysandbox/**/*.py", "bwrap_compat/**/*.py", "native/*.c", "native/*.h", "native/*.py",
+                    "setup.py"):
         for path in ROOT.glob(pattern):
             names |= set(NAME.findall(path.read_text(errors="replace")))
     return names
