@@ -135,9 +135,9 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
     if args.chdir is None:
         # bwrap's chdir(old_cwd) else $HOME else /, read off the policy's own view.
         policy = policy.replace(chdir=working_dir(args, policy, policy.env.apply(os.environ)))
+    if args.chdir is not None:   # before the compile's own check, for bwrap's wording
+        _check_chdir(policy.chdir, args.chdir, policy.fs)
     plan = compiled(policy)
-    if args.chdir is not None:
-        _check_chdir(policy.chdir, args.chdir, plan)
     command, shown = list(args.command), args.command[0]
     if sys.executable and selfexec.names_self(shown, plan.chdir, plan.mount_ops):
         # bwrap's /proc/self/exe is bwrap: run pybwrap, not the bare interpreter.
@@ -194,9 +194,10 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
     return code
 
 
-def _check_chdir(path: str, given: str, plan) -> None:
-    """bwrap's chdir failure, with its message, where the host can tell in advance."""
-    host, _ = view.host_path(path, plan.mount_ops)
+def _check_chdir(path: str, given: str, fs) -> None:
+    """bwrap's chdir failure, with its message, where the host can tell in advance
+    (``fs``: the policy's filesystem operations, read by ``view``)."""
+    host, _ = view.host_path(path, fs)
     if host is None:
         return   # not backed by the host: the executor's chdir decides
     if not os.path.lexists(host):

@@ -9,8 +9,17 @@ import os
 from .errors import PolicyError, Reason
 
 
-def check_path(path, what: str = "path") -> str:
-    """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/')."""
+def check_path(path, what: str = "path", field: str | None = None) -> str:
+    """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/'). ``field``
+    goes on the PolicyError (the option the CLI names)."""
+    try:
+        return _check_path(path, what)
+    except PolicyError as exc:
+        exc.field = exc.field or field
+        raise
+
+
+def _check_path(path, what: str) -> str:
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     # Paths are bytes to the kernel: bytes that are not UTF-8 are kept in the str form

@@ -23,6 +23,7 @@ EXIT_USAGE = 2
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE = KILL_GRACE   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
 PROG = "pysandbox"
+VERBOSE_HELP = "log the backend choice and the setup's steps with their timings to stderr"
 
 RUN_EPILOG = """\
 exit status: the command's own; 128+N when it was killed by signal N; 125 when the
@@ -49,6 +50,16 @@ reaches the command. --no-tty: the command gets your stdio as it is (no job
 control; Ctrl-C and Ctrl-Z act on pysandbox). SIGTERM or SIGHUP to pysandbox hang
 up the sandbox's terminal (the command gets the signal, and is killed with its
 sandbox 2 seconds later if still running).
+
+profiles: --profile FILE|NAME reads a TOML profile (README "Profiles"; shipped: agent,
+ci, inspect). Options on the command line win over the profile wherever they stand:
+--network, --workdir/--no-workdir, --chdir, --backend and --timeout replace its value;
+--ro, --rw, --hide, --tmpfs, --setenv, --unsetenv and --keep-env add to its lists; a
+flag (--clearenv, --strict-unix, ...) turns its setting on, never off.
+
+errors: a policy mistake (a missing --chdir, --hide /, ...) is exit 2 and names the
+option or the profile's file, line and key; --verbose adds the plan step of a setup
+failure and logs the backend choice and the setup's steps with their timings.
 
 kernel surface: the built-in seccomp filter refuses keyctl/add_key/request_key (the
 caller's session keyring stays out of reach), io_uring (unless --allow-io-uring with
@@ -82,7 +93,7 @@ def _columns() -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
-    parser.add_argument("--verbose", "-v", action="store_true", help="log the chosen backend to stderr")
+    parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="{run,status}", parser_class=_Parser)
     sub.required = True
@@ -93,11 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run CMD in a sandbox: / read-only, the working directory "
                                      "read-write, fresh /proc, minimal /dev, private /tmp, new user, "
                                      "mount, pid, ipc, uts and (network deny) net namespaces.")
-    run.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
-                     help="log the chosen backend to stderr")
-    _backend_arg(run)
-    run.add_argument("--network", choices=("deny", "allow"), default="deny",
-                     help="deny: a new network namespace with only lo (default); allow: the host network")
+    _common_args(run, "deny: a new network namespace with only lo (default); allow: the host network")
     wd = run.add_mutually_exclusive_group()
     wd.add_argument("--workdir", metavar="PATH",
                     help="directory bound read-write and started in (default: the current directory; "
@@ -151,18 +158,28 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="what works here, per backend, capability and network mode",
                         description="Report, per backend, which capabilities and network modes work "
                                     "here and why not. Exit 0 when the policy can run, 1 when not.")
-    st.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
-                    help="log the chosen backend to stderr")
-    _backend_arg(st)
-    st.add_argument("--network", choices=("deny", "allow"), default="deny",
-                    help="network mode of the policy to check (default: deny)")
+    _common_args(st, "network mode of the policy to check (default: deny)")
     st.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
+def _common_args(parser, network_help: str) -> None:
+    """The options ``run`` and ``status`` share."""
+    parser.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    _profile_arg(parser)
+    _backend_arg(parser)
+    parser.add_argument("--network", choices=("deny", "allow"), default=None, help=network_help)
+
+
 def _backend_arg(parser):
-    parser.add_argument("--backend", choices=("auto", "native", "bwrap"), default="auto",
+    parser.add_argument("--backend", choices=("auto", "native", "bwrap"), default=None,
                         help="auto (native where it works, else bwrap; default), native or bwrap")
+
+
+def _profile_arg(parser):
+    parser.add_argument("--profile", metavar="FILE|NAME",
+                        help="read the policy from a TOML profile: a file (a path with '/' or ending in .toml) "
+                             "or a shipped profile's name (agent, ci, inspect); options given here win")
 
 
 def _fd(text: str) -> int:
@@ -199,38 +216,64 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.verbose:   # else a warning reaches stderr through logging's last resort, as "%(message)s"
         import logging
-        logging.basicConfig(format="%(message)s", level=logging.INFO)
+        logging.basicConfig(format="%(message)s", level=logging.WARNING)
+        # the pysandbox logger only (backend choice, plan steps, timings), not every library's
+        logging.getLogger("pysandbox").setLevel(logging.DEBUG)
     from .errors import PolicyError, SandboxError
+    profile = None
     try:
+        if args.profile is not None:
+            from .profile import load
+            profile = load(args.profile)
         if args.cmd == "status":
-            return _status(args)
-        return _run(parser, args)
+            return _status(args, profile)
+        return _run(parser, args, profile)
     except PolicyError as exc:
-        _say(exc)
+        from .cli_errors import describe
+        _say(describe(exc, args, profile))
         return EXIT_USAGE
     except SandboxError as exc:
-        _say(exc)
+        from .cli_errors import without_step
+        _say(exc if args.verbose else without_step(str(exc)))
         return EXIT_SETUP
 
 
-def _policy(args):
+def _policy(args, profile=None):
+    """The policy of ``pysandbox run``: the profile's keys (if any), then the command line's
+    options over them (README "Profiles": scalars replace, lists extend, flags turn on)."""
     from .policy import Env, Policy
+    kw = profile.policy_kwargs(Env) if profile is not None else {}
     if args.no_workdir:
-        workdir = None
+        kw["workdir"] = None
     elif args.workdir is not None:
-        workdir = args.workdir
-    else:
-        workdir = _default_workdir()
-    overrides = {}
+        kw["workdir"] = args.workdir
+    elif profile is None or "workdir" not in kw:
+        kw["workdir"] = _default_workdir()
+    elif profile.raw.get("workdir") == ".":
+        kw["workdir"] = _default_workdir()   # "." is the default workdir, with its home-directory check
+    if args.network is not None:
+        kw["network"] = args.network
+    for name in ("ro", "rw", "hide", "tmpfs"):
+        kw[name] = list(kw.get(name, ())) + list(getattr(args, name))
     if args.chdir is not None:
-        overrides["chdir"] = args.chdir
-    keep = None if args.keep_env is None else tuple(args.keep_env)
-    return Policy.default(workdir=workdir, network=args.network, ro=args.ro, rw=args.rw, hide=args.hide,
-                          tmpfs=args.tmpfs, env=Env(clear=args.clearenv, set=tuple(map(tuple, args.setenv)),
-                                                    unset=tuple(args.unsetenv), keep=keep),
-                          new_session=not args.share_session, pass_fds=tuple(args.pass_fd),
-                          keep_authority_sockets=args.keep_authority_sockets, strict_unix=args.strict_unix,
-                          allow_io_uring=args.allow_io_uring, **overrides)
+        kw["chdir"] = args.chdir
+    env = kw.get("env", Env())
+    keep = env.keep
+    if args.keep_env is not None:
+        keep = tuple(keep or ()) + tuple(args.keep_env)
+    pairs = {**dict(env.set), **{name: value for name, value in args.setenv}}   # the command line's win
+    kw["env"] = Env(clear=env.clear or args.clearenv, set=tuple(pairs.items()),
+                    unset=tuple(env.unset) + tuple(args.unsetenv), keep=keep)
+    if args.share_session:
+        kw["new_session"] = False
+    kw["pass_fds"] = tuple(args.pass_fd)
+    for flag in ("keep_authority_sockets", "strict_unix", "allow_io_uring"):
+        if getattr(args, flag):
+            kw[flag] = True
+    policy = Policy.default(**kw)
+    if profile is not None:
+        profile.check_outside(policy)
+    return policy
 
 
 def home_directories() -> set[str]:
@@ -270,17 +313,30 @@ def _default_workdir() -> str:
     return cwd
 
 
-def _run(parser, args) -> int:
+def _launch_settings(args, profile) -> None:
+    """``--backend`` and ``--timeout``: the command line's, else the profile's ``[run]``."""
+    if args.backend is None:
+        backend = profile.get("run.backend", "auto") if profile is not None else "auto"
+        if backend not in ("auto", "native", "bwrap"):
+            raise profile.error("run.backend", f"must be auto, native or bwrap, not {backend!r}")
+        args.backend = backend
+    if getattr(args, "timeout", None) is None and profile is not None:
+        args.timeout = profile.get("run.timeout")
+
+
+def _run(parser, args, profile=None) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         parser.error("run needs a command after --")
-    if args.tty and args.share_session:
+    _launch_settings(args, profile)
+    policy = _policy(args, profile)
+    shared = args.share_session or not policy.new_session   # the option, or the profile's
+    if args.tty and shared:
         parser.error("--tty gives the command a session and terminal of its own; --share-session keeps "
                      "yours: choose one")
-    policy = _policy(args)
-    if args.tty or args.tty is None and not args.share_session and os.isatty(0) and os.isatty(1):
+    if args.tty or args.tty is None and not shared and os.isatty(0) and os.isatty(1):
         return _run_in_terminal(args, command, policy)
     # Handlers go in before the launch: a signal that arrives while the sandbox starts is
     # delivered to it as soon as it exists.
@@ -304,6 +360,8 @@ def _run(parser, args) -> int:
 def _launch_and_wait(args, command, policy, started, pending) -> int:
     from .errors import Reason, SandboxError
     from .process import Popen, TimeoutExpired
+    from .trace import clock, ms
+    started_at = clock()
     try:
         proc = Popen(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd))
     except FileNotFoundError as exc:
@@ -320,7 +378,9 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
     started.append(proc)
     if args.verbose:
         import logging
-        logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
+        logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d), started in %.1f ms (compile, check, "
+                                            "setup until the command's exec)", proc.backend_name, proc.pid,
+                                            ms(started_at))
     for sig in pending:
         proc.forward_signal(sig)
     try:
@@ -362,10 +422,18 @@ def _run_in_terminal(args, command, policy) -> int:
     return exit_status(code)
 
 
-def _status(args) -> int:
+def _status(args, profile=None) -> int:
     from .policy import Policy
     from .status import status
-    policy = Policy.default(network=args.network)
+    _launch_settings(args, profile)
+    if profile is not None:
+        kw = {"network": args.network} if args.network is not None else {}
+        if profile.raw.get("workdir") == ".":
+            kw["workdir"] = _default_workdir()
+        from .policy import Env
+        policy = profile.policy(Policy, Env, **kw)
+    else:
+        policy = Policy.default(network=args.network or "deny")
     st = status(policy, backend=args.backend)
     if args.verbose:
         import logging
@@ -387,6 +455,8 @@ def format_status(st) -> str:
     if st.host:
         facts = ", ".join(f"{k}={'yes' if v is True else 'no' if v is False else v}" for k, v in st.host.items())
         lines.append(f"host: {facts}")
+    if st.authority:
+        lines.extend(authority_lines(st.authority))
     for name, bs in st.backends.items():
         head = "ok" if bs.available else f"no   {bs.reason}"
         extra = ", ".join(f"{k} {v}" for k, v in sorted(bs.info.items()) if v not in (None, ""))
@@ -401,6 +471,15 @@ def format_status(st) -> str:
                 detail = f"  {cap.detail}" if cap.detail and cap.detail != bs.detail else ""
                 lines.append(f"{label:<18} no   {cap.reason}{detail}")
     return "\n".join(lines)
+
+
+def authority_lines(cov: dict) -> list[str]:
+    """``status``'s Unix-socket authority coverage (authority.coverage) as text lines."""
+    masked = ", ".join(cov.get("masked") or ()) or "none"
+    unset = ", ".join(cov.get("unset") or ()) or "none"
+    flags = [name for name in ("kept", "strict_unix") if cov.get(name)]
+    head = "authority sockets" + (f" ({', '.join(flags)})" if flags else "")
+    return [f"{head}: masked {masked}; variables unset {unset}", f"  {cov.get('scope', '')}"]
 
 
 if __name__ == "__main__":  # pragma: no cover

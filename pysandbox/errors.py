@@ -75,13 +75,16 @@ class SandboxError(Exception):
 
 
 class PolicyError(SandboxError, ValueError):
-    """The policy is invalid; ``value`` holds the offending input."""
+    """The policy is invalid; ``value`` holds the offending input, ``field`` (when known)
+    the Policy field or ``Policy.default`` argument it came from (``"chdir"``,
+    ``"hide"``, ``"tmpfs"``, ``"workdir"``, ...): the CLI names the user's option from it."""
 
     default_reason = Reason.INVALID_VALUE
 
-    def __init__(self, message: str, reason: Reason | None = None, value=None):
+    def __init__(self, message: str, reason: Reason | None = None, value=None, field: str | None = None):
         super().__init__(message, reason)
         self.value = value
+        self.field = field
 
 
 class BwrapArgumentError(PolicyError):

@@ -182,6 +182,9 @@ class Hide:
 
     def __post_init__(self):
         set_field(self, "path", check_path(self.path, "hide path"))
+        if self.path == "/":
+            raise PolicyError("hide path '/' would hide the whole sandbox (nothing would be left to run): "
+                              "name what to hide", Reason.INVALID_PATH, "/", field="hide")
 
 
 @validated

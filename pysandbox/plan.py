@@ -23,6 +23,8 @@ from .records import dataclass
 
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
+from . import view as _view
+from .trace import clock, debug_logger, describe_op, ms
 from .view import host_path
 
 
@@ -75,12 +77,28 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         PolicyError: a missing bind or overlay source (``bind_source_missing``), overlay
             mount options longer than a page (``invalid_value``), a mount point
             that does not exist inside a host bind (``mount_point_missing``), a chdir
-            outside anything mounted.
+            outside anything mounted; a chdir that is missing, not a directory or hidden
+            in the sandbox's view (``invalid_path``, ``conflicting_options``); a mount
+            point of the wrong type (``invalid_path``) or inside the sandbox's own procfs
+            where it has none (``mount_point_missing``); a writable bind of the host's
+            procfs (``conflicting_options``). With a DEBUG listener on the ``pysandbox``
+            logger (``--verbose``), logs the steps and the compile time (trace.py).
         CapabilityUnavailable: ``seccomp_unavailable``, no built-in filter for this
             architecture (seccomp.py).
     """
     if not isinstance(policy, P.Policy):
         raise PolicyError("compile needs a Policy", Reason.INVALID_VALUE, policy)
+    log = debug_logger()
+    started = clock() if log is not None else 0.0
+    plan = _compile(policy, outer_ids)
+    if log is not None:
+        log.debug("plan: %d steps compiled in %.1f ms", len(plan.ops), ms(started))
+        for i, op in enumerate(plan.ops):
+            log.debug("  step %2d  %s", i, describe_op(op))
+    return plan
+
+
+def _compile(policy: P.Policy, outer_ids) -> Plan:
     outer_uid, outer_gid = outer_ids if outer_ids is not None else (os.geteuid(), os.getegid())
     ns = set(policy.namespaces) | {"mount"}
     if policy.network.new_namespace:
@@ -98,6 +116,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         for planned in _compile_fs(op, done, policy.allow_host_mountpoints):
             done.append(planned)
             ops.append(planned)
+    _check_proc_binds(done)
     ops.append(PivotRoot())
     if "net" in ns:
         ops.append(LoopbackUp())
@@ -119,6 +138,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         strict_unix=policy.strict_unix, network=policy.network.mode, allow_io_uring=policy.allow_io_uring))
     if policy.new_session:
         ops.append(NewSession())
+    _view.check_start_directory(policy.chdir or "/", done, "chdir", field="chdir")
     ops.append(Chdir(policy.chdir or "/"))
     return Plan(ops=tuple(ops), argv0=policy.argv0, as_pid_1=policy.as_pid_1,
                 die_with_parent=policy.die_with_parent, network=policy.network,
@@ -149,16 +169,8 @@ def check_terminal(plan: Plan) -> None:
 
 
 def writable_host_paths(policy: P.Policy) -> tuple:
-    """Host paths the sandbox can write: rw bind sources, overlay upper and work
-    directories, and the policy's writable sandbox paths."""
-    paths = []
-    for op in policy.fs:
-        if isinstance(op, P.Bind) and op.src is not None and not op.readonly:
-            paths.append(op.src)
-        elif isinstance(op, P.Overlay) and op.writable:
-            paths += [op.upper, op.work]
-    paths.extend(policy.writable_paths)
-    return tuple(paths)
+    """Host paths the sandbox can write (``Policy.writable_host_paths``)."""
+    return policy.writable_host_paths
 
 
 def _compile_fs(op, done, allow_host_mountpoints):
@@ -224,7 +236,11 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
             f"{dest} does not exist in any layer of the {where} overlay on {cover.dest}; pysandbox never "
             f"creates mount points on the host: create it first, or put a tmpfs or dir above it",
             Reason.MOUNT_POINT_MISSING, dest)
-    if host is None or os.path.lexists(host):
+    if host is None:
+        _check_in_proc(dest, cover)
+        return
+    if os.path.lexists(host):
+        _check_type(dest, host, want_dir)
         return
     # Its parent may itself be created by an earlier op that covers the host path
     # (e.g. a Dir inside a tmpfs): host is None in that case and we returned above.
@@ -236,6 +252,51 @@ def _check_mountpoint(dest, done, allow_host_mountpoints, want_dir):
         f"{dest} does not exist inside the {where} host bind of {cover.src}; pysandbox never creates "
         f"mount points on the host: create the {kind} first, or put a tmpfs or dir above it",
         Reason.MOUNT_POINT_MISSING, dest)
+
+
+def _check_proc_binds(done):
+    """The host's procfs bound writable: its host-global entries (sys, sysrq-trigger, ...)
+    accept writes from a caller's uid 0 mapped in (invariant 9 of docs/ARCHITECTURE.md).
+    Only a bind of the whole ``/proc`` whose every ``PROC_READONLY`` entry is bound again
+    read-only after it (pybwrap's ``--proc`` without a pid namespace) may stay writable."""
+    for i, op in enumerate(done):
+        if not isinstance(op, BindMount) or op.readonly or op.src is None or \
+                not (op.src == "/proc" or op.src.startswith("/proc/")):
+            continue
+        if op.src == "/proc":
+            later = {o.dest for o in done[i + 1:] if isinstance(o, BindMount) and o.readonly}
+            if all(f"{op.dest.rstrip('/')}/{sub}" in later for sub in PROC_READONLY
+                   if os.path.lexists(f"/proc/{sub}")):
+                continue
+        raise PolicyError(f"a writable bind of the host's procfs ({op.src}) would let the command change "
+                          "host-global kernel settings (/proc/sys, sysrq-trigger): bind it read-only",
+                          Reason.CONFLICTING_OPTIONS, op.src)
+
+
+def _check_type(dest, host, want_dir):
+    """A mount point that exists in a host bind must be of the kind the mount needs
+    (the kernel refuses a directory on a file and the reverse: ENOTDIR at launch)."""
+    if want_dir is None or os.path.islink(host):
+        return   # a symlink: followed (or refused) by the backend at launch
+    if want_dir and not os.path.isdir(host):
+        raise PolicyError(f"{dest} is not a directory in the sandbox view (it is the host's {host}): only a "
+                          f"directory can be mounted on there", Reason.INVALID_PATH, dest)
+    if not want_dir and os.path.isdir(host):
+        raise PolicyError(f"{dest} is a directory in the sandbox view (the host's {host}): a file cannot be "
+                          f"put there", Reason.INVALID_PATH, dest)
+
+
+def _check_in_proc(dest, cover):
+    """A mount point inside the sandbox's own procfs: only what that procfs has can
+    be mounted on, and a host process's entry (``/proc/PID``, what ``/proc/self``
+    resolves to on the host) is not in the sandbox's pid namespace."""
+    if not isinstance(cover, MountProc) or dest == cover.dest:
+        return
+    first = dest[len(cover.dest):].lstrip("/").split("/")[0]
+    if first.isdigit() or not os.path.lexists("/proc/" + dest[len(cover.dest):].lstrip("/")):
+        raise PolicyError(f"{dest} is inside the sandbox's own procfs on {cover.dest}, where it does not exist "
+                          f"(a host process's entry is not in the sandbox's pid namespace): nothing can be "
+                          f"mounted there", Reason.MOUNT_POINT_MISSING, dest)
 
 
 def _compile_hide(op: P.Hide, done):

@@ -207,7 +207,7 @@ class Policy:
         if not isinstance(self.env, Env):
             raise PolicyError("env must be an Env", Reason.INVALID_VALUE, self.env)
         if self.chdir is not None:
-            set_field(self, "chdir", check_path(self.chdir, "chdir"))
+            set_field(self, "chdir", check_path(self.chdir, "chdir", field="chdir"))
         set_field(self, "uid", check_id(self.uid, "uid"))
         set_field(self, "gid", check_id(self.gid, "gid"))
         if self.hostname is not None:
@@ -296,18 +296,28 @@ class Policy:
         # path: the symlink, seen through the read-only /, leads there in the sandbox.
         for path in _paths(ro, "ro"):
             path = canonical(path)
+            _check_source(path, "ro")
             items.append((path, 0, Bind(path, path, readonly=True)))
         for path in _paths(rw, "rw"):
             path = canonical(path)
+            _check_source(path, "rw")
             items.append((path, 0, Bind(path, path)))
         if workdir is not None:
-            wd = canonical(check_path(_absolute(workdir), "workdir"))
+            given = check_path(_absolute(workdir), "workdir", field="workdir")
+            wd = canonical(given)
             if wd == "/":   # also a symlink to /: checked where it points
                 raise PolicyError("workdir '/' would bind the whole host filesystem read-write: name a "
-                                  "project directory (or none)", Reason.WORKDIR_TOO_BROAD, wd)
+                                  "project directory (or none)", Reason.WORKDIR_TOO_BROAD, wd, field="workdir")
+            _check_source(wd, "workdir")
+            if not os.path.isdir(wd):
+                raise PolicyError(f"workdir {given}: not a directory", Reason.INVALID_PATH, given, field="workdir")
             items.append((wd, 0, Bind(wd, wd)))
             overrides.setdefault("chdir", wd)
         for path in _paths(tmpfs, "tmpfs"):
+            if path == "/":
+                raise PolicyError("tmpfs path '/' would replace the whole read-only host view with an empty "
+                                  "directory (no command left to run): build Policy(fs=...) to start from an "
+                                  "empty root", Reason.INVALID_PATH, "/", field="tmpfs")
             items.append((path, 1, Tmpfs(path)))
         for path in _paths(hide, "hide"):
             items.append((path, 2, Hide(path)))
@@ -325,13 +335,37 @@ class Policy:
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
             op for _, _, op in items)
-        for op in fs:
-            if isinstance(op, Bind):
-                check_bind_source(op)
         return cls(fs=fs, network=Network(network) if isinstance(network, str) else network, **overrides)
+
+    @classmethod
+    def from_toml(cls, path, **overrides) -> "Policy":
+        """The policy a TOML profile describes (README.md, "Profiles"; ``pysandbox/profile.py``):
+        ``Policy.default`` with the file's keys, then ``overrides``. ``path`` is a file, or
+        the name of a shipped profile (``"agent"``, ``"ci"``, ``"inspect"``). The ``[run]``
+        table (backend, timeout) is the command line's and is not part of the Policy.
+
+        Raises:
+            PolicyError: an unreadable file, TOML syntax, an unknown key (with a "did you
+                mean"), a bad value; the message names the file, the line and the key.
+        """
+        from .profile import load
+        return load(path).policy(cls, Env, **overrides)
 
     def replace(self, **changes) -> "Policy":
         return replace(self, **changes)
+
+    @property
+    def writable_host_paths(self) -> tuple[str, ...]:
+        """Host paths the sandbox can write: rw bind sources, overlay upper and work
+        directories, and the writable sandbox paths (:attr:`writable_paths`)."""
+        paths = []
+        for op in self.fs:
+            if isinstance(op, Bind) and op.src is not None and not op.readonly:
+                paths.append(op.src)
+            elif isinstance(op, Overlay) and op.writable:
+                paths += [op.upper, op.work]
+        paths.extend(self.writable_paths)
+        return tuple(paths)
 
     @property
     def writable_paths(self) -> tuple[str, ...]:
@@ -361,8 +395,14 @@ def _paths(values, what) -> list[str]:
         values = list(values)
     except TypeError:
         raise PolicyError(f"{what} must be a path or a list of paths: {values!r}",
-                          Reason.INVALID_PATH, values) from None
-    return [check_path(v, f"{what} path") for v in values]
+                          Reason.INVALID_PATH, values, field=what) from None
+    return [check_path(v, f"{what} path", field=what) for v in values]
+
+
+def _check_source(path: str, field: str) -> None:
+    """A bind source of ``Policy.default`` must exist (``bind_source_missing``)."""
+    if not os.path.lexists(path):
+        raise PolicyError(f"bind source does not exist: {path}", Reason.BIND_SOURCE_MISSING, path, field=field)
 
 
 def _cap_name(cap) -> str:

@@ -131,11 +131,13 @@ def sandbox_cwd(cwd, base: str) -> str:
     return os.path.normpath(os.path.join(base, text))
 
 
-def check_start_directory(path: str, done, what: str = "cwd") -> None:
+def check_start_directory(path: str, done, what: str = "cwd", field: str | None = None) -> None:
     """Refuse ``path`` as a start directory when the sandbox's view, after the mount ops
-    ``done``, shows no directory there (missing, not a directory, or hidden). A path
-    inside a procfs or a minimal /dev, whose nodes exist only once mounted, is left to
-    the launch's own chdir.
+    ``done``, shows no directory there (missing, not a directory, or hidden), as far as
+    the host can tell before a launch. A procfs is judged by the host's; a pid directory,
+    what the setup makes (or a parent of it) and the nodes of a minimal /dev (shm, pts,
+    the fd links) are left to the launch's own chdir. ``field`` goes on the error (the
+    CLI names the option from it).
 
     Raises:
         PolicyError (invalid_path): missing or not a directory;
@@ -143,20 +145,37 @@ def check_start_directory(path: str, done, what: str = "cwd") -> None:
     """
     from .errors import PolicyError, Reason
     if path == "/":
-        return
+        return   # the new root: always there
     host, op = host_path(path, done)
     if isinstance(op, O.MountTmpfs) and op.readonly and op.mode == O.HIDE_MODE:
         raise PolicyError(f"{what} {path}: hidden in the sandbox view (a hide covers {op.dest})",
-                          Reason.CONFLICTING_OPTIONS, path)
-    if host is not None:
-        found, present = os.path.isdir(host), os.path.lexists(host)
+                          Reason.CONFLICTING_OPTIONS, path, field=field)
+    if isinstance(op, O.MountProc) and path != op.dest:
+        rest = path[len(op.dest):].lstrip("/")
+        if rest.split("/")[0].isdigit() or os.path.isdir("/proc/" + rest):
+            return   # a pid of the sandbox's own, or there as far as the host's procfs tells
+        problem = f"no such directory in the sandbox's own procfs on {op.dest} (as the host's /proc tells)"
+    elif host is not None:
+        if os.path.isdir(host):
+            return
+        problem = ("not a directory" if os.path.lexists(host) else "no such directory") + " in the sandbox view"
+    elif path == getattr(op, "dest", None) or _made_at_or_below(path, done) is not None:
+        return   # made by the setup (or a parent of what it makes): what it is, the launch tells
+    elif isinstance(op, O.MinimalDev):
+        if path[len(op.dest):].strip("/").split("/")[0] in _DEV_DIRS:
+            return
+        problem = f"no such directory in the sandbox's minimal /dev on {op.dest}"
     elif op is None or isinstance(op, (O.MountTmpfs, O.MountMqueue, O.MountOverlay)):
-        found, present = is_dir(path, done), exists(path, done)
+        problem = "no such directory in the sandbox view"
     else:
         return
-    if not found:
-        problem = "not a directory" if present else "no such directory"
-        raise PolicyError(f"{what} {path}: {problem} in the sandbox view", Reason.INVALID_PATH, path)
+    raise PolicyError(f"{what} {path}: {problem}", Reason.INVALID_PATH, path, field=field)
+
+
+# What a minimal /dev holds that a start directory may be (or lead through): the
+# backends make them (native_ops.DEV_LINKS, shm, pts).
+_DEV_DIRS = ("shm", "pts", "fd", "stdin", "stdout", "stderr")
+
 
 def find_executable(name: str, done, env: dict, cwd: str) -> str:
     """Find ``name`` as the sandbox's ``execve`` will (the PATH rule of

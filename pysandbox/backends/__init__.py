@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import BackendUnavailable, CapabilityUnavailable, PolicyError, Reason
+from ..trace import clock, debug_logger, ms
 from .base import check_network_mode
 
 BACKENDS = ("native", "bwrap")
@@ -33,22 +34,41 @@ def get_backend(name: str):
 
 
 def select_backend(name: str, plan):
-    """The backend that will run ``plan``, checked. Raises the typed reason when none can."""
+    """The backend that will run ``plan``, checked. Raises the typed reason when none can.
+
+    Logs the choice and each check's time to the ``pysandbox`` logger at DEBUG
+    (``pysandbox --verbose``)."""
     check_network_mode(plan.network)
     if name != "auto":
         backend = get_backend(name)
-        backend.check(plan)
+        _checked(backend, plan, f"backend {name} (asked for)")
         return backend
     try:
         backend = get_backend("native")
-        backend.check(plan)
+        _checked(backend, plan, "backend auto: native")
         return backend
     except (BackendUnavailable, CapabilityUnavailable) as native_error:
         try:
             backend = get_backend("bwrap")
-            backend.check(plan)
+            _checked(backend, plan, "backend auto: bwrap")
         except (BackendUnavailable, CapabilityUnavailable):
             raise native_error from None
         import logging   # here: a launch that logs nothing imports nothing for it
         logging.getLogger("pysandbox").warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
         return backend
+
+
+def _checked(backend, plan, what: str) -> None:
+    """``backend.check(plan)``, logged with its time when someone listens (trace.py)."""
+    log = debug_logger()
+    if log is None:
+        backend.check(plan)
+        return
+    started = clock()
+    try:
+        backend.check(plan)
+    except Exception as exc:
+        log.debug("%s: unavailable after %.1f ms: %s", what, ms(started),
+                  getattr(getattr(exc, "reason", None), "value", type(exc).__name__))
+        raise
+    log.debug("%s: checked in %.1f ms", what, ms(started))

@@ -68,6 +68,7 @@ import threading
 
 from .. import plan as P
 from .. import view
+from ..trace import clock, debug_logger, ms
 from ..errors import BackendUnavailable, BwrapProbeFailed, Reason, SandboxError, SetupError
 from ..policy import Network, Policy
 from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, locate_bwrap, setuid_allowed
@@ -163,6 +164,7 @@ class BwrapBackend:
         """
         # First, with or without our init: a source swapped for a symlink since the policy
         # was built is refused before anything (the bwrap lookup below) follows it.
+        started = clock()
         binds = bind_identities(plan)
         info = self.check(plan)
         resolved = view.find_executable(launch.argv[0], plan.mount_ops, launch.env, plan.chdir)
@@ -248,6 +250,10 @@ class BwrapBackend:
             self._wait_for_init(child, proc, info, plan, exe)
         elif wait_for_exec(child, info.path) == 1:
             self._setup_failed(proc, info, plan)
+        log = debug_logger()
+        if log is not None:
+            log.debug("bwrap: %s (%s), init %s: started, set up and exec'd in %.1f ms", info.path, info.version,
+                      init or "none", ms(started))
         return child
 
     def _setup_failed(self, proc, info, plan) -> None:

@@ -40,6 +40,8 @@ from .native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABL
                          MS_NOSUID, OP, OP_KINDS, PROBE_IDMAP, PROC_RO, STAGE_CLONE, STAGE_EXEC, STAGE_FDS,
                          STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, _sub_list, pack, parent_mode)
 from .native_translate import translate
+from ..trace import clock, debug_logger, ms
+
 
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
 
@@ -233,7 +235,10 @@ class NativeBackend:
             FileNotFoundError, PermissionError, OSError: the command cannot be executed.
         """
         ffi, lib = _load()
+        log = debug_logger()
+        started = clock()
         ready = self._prepare(plan)
+        prepared = clock()
         argv = list(launch.argv)
         exe = launch.executable or argv[0]
         if plan.argv0 is not None:
@@ -265,6 +270,10 @@ class NativeBackend:
             rc = lib.psb_spawn(ready.plan, L, res)
         else:
             rc = _spawn_reporting(lib, ready.plan, L, res, launch.on_start)
+        if log is not None:
+            log.debug("native: %d ops (translated in %.1f ms); clone, setup and exec in %.1f ms%s",
+                      len(ready.compiled.ops), (prepared - started) * 1e3, ms(prepared),
+                      "" if rc == 0 else f": failed at native op {res.op}")
         if rc != 0:
             err = setup_error(ready.compiled, res.stage, res.op, res.err, exe, plan.namespaces)
             raise err from OSError(res.err, os.strerror(res.err) if res.err else "")

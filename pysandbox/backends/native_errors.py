@@ -12,6 +12,7 @@ import os
 
 from ..errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
                       UserNamespaceUnavailable, error_for)
+from ..probe.host import nested_hint
 from ._native_lib import _load
 from .native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
                          STAGE_PARENT_DIED, STAGE_PTY, Compiled)
@@ -58,6 +59,8 @@ def namespace_error(namespaces, err: int, probe=None):
             if culprit == "user" and probe(CLONE_FLAGS["user"], PROBE_CLONE) == 0:
                 hint = ("a user namespace can be created but the caller's ids cannot be mapped in it "
                         "(e.g. uid 0 without CAP_SETFCAP, inside another sandbox)")
+            if culprit == "user":
+                hint = nested_hint("userns") or hint
             return cls(f"clone: {os.strerror(err)}: {hint}", reason, errno=err)
         if culprit is not None:
             return SetupError(f"clone: cannot create a {culprit} namespace: {os.strerror(err)}",
@@ -111,6 +114,8 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
                               f"policy was built ({os.strerror(err)}); nothing was bound (plan step {op.plan_index}, "
                               f"native op {index} {op.kind})", Reason.SYMLINK_IN_PATH, stage=op.stage,
                               op=op.plan_index, errno=err, filename=op.filename)
+        if op.reason is Reason.PROC_MOUNT_FAILED and err == E.EPERM:
+            hint += "; " + (nested_hint("proc") or "the host or an outer sandbox refuses a new procfs here")
         message = (f"{op.stage}{where}: {os.strerror(err)}{hint} "
                    f"(plan step {op.plan_index}, native op {index} {op.kind})")
         if op.reason is Reason.SETUP_FAILED:

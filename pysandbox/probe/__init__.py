@@ -284,7 +284,9 @@ def host_capabilities() -> HostCapabilities:
     for path in _SYSCTLS:
         try:
             with open(path) as f:
-                detail[os.path.basename(path)] = f.read().strip()
+                text = f.read().strip()
+            # a number stays a number (JSON: 96362, not "96362")
+            detail[os.path.basename(path)] = int(text) if text.lstrip("-").isdigit() else text
         except OSError:
             pass
     caps = HostCapabilities(results["userns"], results["netns"], detail)

@@ -21,6 +21,7 @@ from ..backends.bwrap_render import DataFds, caller_fds, check_expressible, flat
 from ..errors import BwrapOptionUnsupported, Reason, error_for
 from ..execpath import DEFAULT_PATH
 from . import BwrapInfo, ProbeResult, run_probe
+from .host import nested_hint
 
 PROBE_PATH = DEFAULT_PATH   # a probe runs with execvp's default PATH, nothing of the caller's
 
@@ -85,7 +86,9 @@ def probe_plan(info: BwrapInfo, plan) -> None:
         if message is not None:
             reason = classify(message, network_part=network_part)
             what = "with --unshare-net" if network_part else "for the filesystem and namespaces"
-            raise error_for(reason, f"bwrap probe {what} failed: {message}")
+            kind = {Reason.USER_NAMESPACE_UNAVAILABLE: "userns", Reason.PROC_MOUNT_FAILED: "proc"}.get(reason)
+            hint = nested_hint(kind) if kind else None
+            raise error_for(reason, f"bwrap probe {what} failed: {message}" + (f"; {hint}" if hint else ""))
 
 
 def probe_once(info: BwrapInfo, plan, *, network: bool) -> str | None:

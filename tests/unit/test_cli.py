@@ -19,8 +19,10 @@ DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--
               # the io_uring opt-in, environment allow-list
               "--allow-io-uring", "--keep-env",
               # a terminal of its own (README: Interactive shell)
-              "--tty", "--no-tty")
-DESIGN_STATUS = ("--backend", "--network", "--json")
+              "--tty", "--no-tty",
+              # TOML profiles (README "Profiles")
+              "--profile")
+DESIGN_STATUS = ("--backend", "--network", "--json", "--profile")
 
 
 def parse(*argv):

@@ -254,12 +254,12 @@ def test_cli_run_fuzz(recording, pieces, bad, data, command):
 
 @SETTINGS
 @given(argv=st.lists(st.one_of(st.sampled_from(["run", "status", "--", "--json", "--network", "--backend",
-                                                "--ro", "--timeout", "--pass-fd", "-h", "--help"]),
+                                                "--ro", "--timeout", "--pass-fd", "-h", "--help", "--profile"]),
                                st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=12)),
                      max_size=6))
 def test_cli_any_argv_never_tracebacks(recording, monkeypatch, argv):
     import pysandbox.cli as cli
-    monkeypatch.setattr(cli, "_status", lambda args: 0)   # status probes the host: not in unit tests
+    monkeypatch.setattr(cli, "_status", lambda args, profile=None: 0)   # status probes the host: not in unit tests
     code, err, launched = _cli(argv)
     assert "Traceback" not in err
     if launched is None:

@@ -1,0 +1,69 @@
+"""The command line's error lines: a PolicyError naming the option the user gave
+(``--chdir /missing: ...``) or the profile's file, line and key, and a setup error
+without its internal plan step and native op (kept under ``--verbose``)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+# Policy field (PolicyError.field) -> the option that sets it
+OPTION_OF = {"chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
+             "tmpfs": "--tmpfs", "profile": "--profile"}
+_STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
+
+
+def without_step(message: str) -> str:
+    """A setup error's line without ``(plan step N, native op M KIND)``."""
+    return _STEP_DETAIL.sub("", message)
+
+
+def describe(exc, args, profile=None) -> str:
+    """A PolicyError's line, naming the option the user gave (``--chdir /missing: ...``)
+    or the profile's file, line and key the value came from."""
+    reason = exc.reason.value
+    message = exc.args[0] if exc.args else ""
+    if profile is not None and message.startswith(profile.path):
+        return f"{reason}: {message}"    # already names the file and key
+    field = exc.field
+    value = exc.value
+    if field is None and isinstance(value, str):   # a plan check: the option whose path it is
+        field = next((name for name in ("tmpfs", "hide", "ro", "rw") for given in getattr(args, name, None) or ()
+                      if given == value or _canon(given) == value), None)
+    if profile is not None and not _given(args, field):
+        key = profile.key_for(exc)
+        if key is not None:
+            return f"{reason}: {profile.where(key)}: {message}"
+    if field == "chdir" and getattr(args, "chdir", None) is None:
+        field = "workdir"    # the start directory was the workdir (given or the current directory)
+    given = _given(args, field)
+    option = OPTION_OF.get(field or "")
+    if option is None:
+        return f"{reason}: {message}"
+    shown = value if isinstance(value, str) else None
+    if isinstance(given, list):
+        shown = next((g for g in given if g == value or _canon(g) == value), shown)
+    elif isinstance(given, str):
+        shown = given
+    elif field == "workdir" and not getattr(args, "no_workdir", False):
+        option = "the current directory (the default --workdir)"
+    for prefix in (f"{exc.field} {value}: ", f"{field} {value}: "):
+        if isinstance(value, str) and message.startswith(prefix):
+            message = message[len(prefix):]
+    return f"{reason}: {option}{' ' + shown if shown else ''}: {message}"
+
+
+def _given(args, field):
+    """What the command line gave for a Policy field: a list, a string or None."""
+    if field in ("ro", "rw", "hide", "tmpfs"):
+        return getattr(args, field, None) or None
+    if field in ("chdir", "workdir"):
+        return getattr(args, field, None)
+    return None
+
+
+def _canon(path):
+    try:
+        return os.path.realpath(path)
+    except (TypeError, ValueError):
+        return path
