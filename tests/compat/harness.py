@@ -157,7 +157,10 @@ def run_one(tool: list, case, base: str) -> dict:
             out, err = proc.communicate(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             proc.kill()
-            out, err = proc.communicate()
+            try:   # bounded: an orphaned grandchild may hold the pipes for good
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
             raise
         outs = fds.read_outs()
     finally:
