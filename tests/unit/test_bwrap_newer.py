@@ -14,6 +14,7 @@ from bwrap_compat.messages import bwrap_message
 from bwrap_compat.parser import PATH_ARGS, parse
 from pysandbox import ops as O
 from pysandbox.errors import BwrapArgumentError, Reason, SetupError
+from pysandbox.policy import Policy
 
 R = ["--ro-bind", "/", "/"]
 
@@ -86,3 +87,17 @@ def test_messages_are_bwrap_0_9s():
     assert bwrap_message(exc) == "Can't make symlink at /tmp/l: destination exists and is not a symlink"
     # without the launcher's finding: the errno, as before
     assert bwrap_message(_eexist("/tmp/l", 2)) == "Can't make symlink at /tmp/l: File exists"
+
+
+def test_the_bwrap_backend_renders_a_repeated_symlink_once():
+    """The shared model accepts the same symlink twice (native, bwrap >= 0.9): the bwrap
+    backend leaves the repeat out, so bwrap 0.8 agrees; anything else is rendered."""
+    from pysandbox.policy import Symlink, Tmpfs
+    from tests.unit.test_backend_bwrap import opts as render
+    twice = render(Policy(fs=(Tmpfs("/"), Tmpfs("/mnt"), Symlink("/usr", "/mnt/l"), Symlink("/usr", "/mnt/l"))))
+    assert [o for o in twice if o[0] == "--symlink"] == [("--symlink", "/usr", "/mnt/l")]
+    other = render(Policy(fs=(Tmpfs("/"), Tmpfs("/mnt"), Symlink("/usr", "/mnt/l"), Symlink("/x", "/mnt/l"))))
+    assert len([o for o in other if o[0] == "--symlink"]) == 2
+    remade = render(Policy(fs=(Tmpfs("/"), Tmpfs("/mnt"), Symlink("/usr", "/mnt/l"), Tmpfs("/mnt"),
+                               Symlink("/usr", "/mnt/l"))))
+    assert len([o for o in remade if o[0] == "--symlink"]) == 2
