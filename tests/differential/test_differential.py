@@ -74,30 +74,36 @@ def test_corpus_in_a_session(world, name, build):
 @pytest.mark.requires("userns")
 def test_generated(world):
     """At least EXAMPLES generated policies, every one the same under both backends."""
+    _generated(world, EXAMPLES, "generated")
+
+
+def _generated(world, examples: int, label: str) -> None:
+    """``examples`` generated policies through both backends (the bwrap one: whichever
+    ``$PYSANDBOX_BWRAP``/PATH names), every one the same."""
     seen = []
     bad = []
     transients = len(runner.BWRAP_TRANSIENTS)
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    @settings(max_examples=examples, deadline=None, database=None,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
     @given(policies(world))
     def run(policy):
-        verdict = runner.compare_backends(f"generated-{len(seen)}", policy, world, BACKENDS)
+        verdict = runner.compare_backends(f"{label}-{len(seen)}", policy, world, BACKENDS)
         seen.append(verdict.verdict)
         if not verdict.ok:
             bad.append(runner.format_verdict(verdict, verbose=True))
 
     run()
-    assert not bad, f"{len(bad)} of {len(seen)} generated policies differ:\n" + "\n".join(bad[:10])
+    assert not bad, f"{len(bad)} of {len(seen)} generated policies differ ({label}):\n" + "\n".join(bad[:10])
     # bwrap launches retried after the open transient (runner.BWRAP_TRANSIENTS): rare, or a failure
     retried = runner.BWRAP_TRANSIENTS[transients:]
-    assert len(retried) <= max(2, EXAMPLES // 50), retried
-    assert len(seen) >= EXAMPLES
+    assert len(retried) <= max(2, examples // 50), retried
+    assert len(seen) >= examples
     # generated policies are valid and expressible by the reference: every one compared,
     # but for the bwrap backend's known limit (its init cannot be exec'd through a procfs
     # below directories bwrap made 0700: bwrap_init_unavailable), which stays rare
     assert set(seen) <= {"same", "reference-unsupported"}, {v: seen.count(v) for v in set(seen)}
-    assert seen.count("reference-unsupported") <= max(2, EXAMPLES // 50), seen.count("reference-unsupported")
+    assert seen.count("reference-unsupported") <= max(2, examples // 50), seen.count("reference-unsupported")
 
 
 @pytest.fixture
@@ -204,19 +210,4 @@ def test_overlay_flags_only_is_exactly_the_deviation():
 @pytest.mark.requires("userns")
 def test_generated_bwrap_0_11(world, bwrap_011):
     """EXAMPLES_011 generated policies, each the same under native and bwrap 0.11."""
-    seen, bad = [], []
-
-    @settings(max_examples=EXAMPLES_011, deadline=None, database=None,
-              phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
-    @given(policies(world))
-    def run(policy):
-        verdict = runner.compare_backends(f"generated-011-{len(seen)}", policy, world, BACKENDS)
-        seen.append(verdict.verdict)
-        if not verdict.ok:
-            bad.append(runner.format_verdict(verdict, verbose=True))
-
-    run()
-    assert not bad, f"{len(bad)} of {len(seen)} generated policies differ under bwrap 0.11:\n" + "\n".join(bad[:10])
-    assert len(seen) >= EXAMPLES_011
-    assert set(seen) <= {"same", "reference-unsupported"}, {v: seen.count(v) for v in set(seen)}
-    assert seen.count("reference-unsupported") <= max(2, EXAMPLES_011 // 50), seen.count("reference-unsupported")
+    _generated(world, EXAMPLES_011, "generated-011")
