@@ -1,4 +1,78 @@
-# The cffi module is built here (API mode, out of line) into pysandbox._native.
-from setuptools import setup
+"""Build of the private cffi module pysandbox._native (API mode, out of line), tagged for the
+stable ABI (abi3, Python 3.11 and later: one wheel for every supported Python).
 
-setup(cffi_modules=["native/build_native.py:ffibuilder"])
+The module is optional at build: without a working C compiler the package installs without
+it (a warning says so), the bwrap backend works, and the native backend reports
+``native_module_missing``. PYSANDBOX_REQUIRE_NATIVE=1 makes a failed compile fail the build
+(CI's wheel build).
+"""
+
+import os
+import sys
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+try:   # setuptools' vendored distutils
+    from distutils.errors import CCompilerError, DistutilsExecError, DistutilsPlatformError
+except ImportError:  # pragma: no cover
+    from setuptools._distutils.errors import CCompilerError, DistutilsExecError, DistutilsPlatformError
+
+BUILD_ERRORS = (CCompilerError, DistutilsExecError, DistutilsPlatformError, OSError)
+REQUIRE_ENV = "PYSANDBOX_REQUIRE_NATIVE"
+
+
+def _warn(exc: BaseException) -> None:
+    print("\n".join([
+        "",
+        "WARNING: pysandbox: the native module pysandbox._native was not built "
+        f"({type(exc).__name__}: {exc}).",
+        "WARNING: pysandbox is installed without it: the bwrap backend works (install bubblewrap);",
+        "WARNING: the native backend reports native_module_missing. Install a C compiler and the",
+        "WARNING: Python headers (Debian: gcc libc6-dev python3-dev) and reinstall to get it.",
+        "",
+    ]), file=sys.stderr, flush=True)
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext whose compile failure is a warning, not an error (unless REQUIRE_ENV):
+    the extension is then absent, also from the source tree of an in-place build
+    (``pip install -e``), where a module left by an earlier build would otherwise be
+    loaded as if this build had made it."""
+
+    def run(self):
+        required = os.environ.get(REQUIRE_ENV) == "1"
+        self._failed = []
+        for ext in self.extensions:   # optional: an in-place build skips copying a missing one
+            ext.optional = not required
+        try:
+            super().run()
+        except BUILD_ERRORS as exc:
+            if required:
+                raise
+            _warn(exc)
+            self._failed = list(self.extensions)
+        if self._failed and self.inplace:
+            build_py = self.get_finalized_command("build_py")
+            for ext in self._failed:
+                inplace_file, _ = self._get_inplace_equivalent(build_py, ext)
+                if os.path.exists(inplace_file):
+                    os.remove(inplace_file)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except BUILD_ERRORS as exc:
+            if os.environ.get(REQUIRE_ENV) == "1":
+                raise
+            self._failed.append(ext)
+            _warn(exc)
+
+
+setup(
+    cffi_modules=["native/build_native.py:ffibuilder"],
+    cmdclass={"build_ext": OptionalBuildExt},
+    # The module uses only the limited API (cffi builds it with Py_LIMITED_API): tag the
+    # wheel cp311-abi3 so Python 3.12, 3.13 ... install the same wheel.
+    options={"bdist_wheel": {"py_limited_api": "cp311"}},
+)

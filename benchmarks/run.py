@@ -7,8 +7,8 @@
 Contenders (each launches /bin/true; see contenders.py): plain spawn, the floor
 program, pysandbox native, pysandbox's bwrap backend, raw bwrap. Sections: launch
 latency (network deny and allow), mount scaling, throughput, 5,000 back-to-back
-launches, start-up, memory; and (sessions.py) commands in a live session, a
-warm pool, asyncio batches, a session soak. Exit status 0 when every section ran; 1 when a
+launches, start-up (startup.py: whole command lines next to bwrap and to `python -I -c pass`),
+memory; and (sessions.py) commands in a live session, a warm pool, asyncio batches, a session soak. Exit status 0 when every section ran; 1 when a
 contender could not run (unless --allow-missing) or a launch failed; 2 usage.
 Targets missed are reported, not failures: these are benchmarks, not tests.
 """
@@ -20,8 +20,6 @@ import array
 import datetime
 import json
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contenders as C  # noqa: E402
 import measure as M  # noqa: E402
 import sessions as S  # noqa: E402
+import startup as U  # noqa: E402
 from measure import Summary, ms, ratio  # noqa: E402
 
 FULL = dict(launch_rounds=400, ballast_mib=(0, 256, 1024), bind_counts=(0, 10, 100, 400, 1000),
@@ -274,58 +273,6 @@ def section_soak(report: Report, cfg: dict, deadline: float) -> None:
                   abs(last.median / first.median - 1), 0.20)
 
 
-def _importtime_us(python: str) -> int | None:
-    done = subprocess.run([python, "-X", "importtime", "-c", "import pysandbox"],
-                          capture_output=True, text=True)
-    for line in done.stderr.splitlines():
-        m = re.match(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|\s?(\S.*)$", line)
-        if m and m.group(3).strip() == "pysandbox":
-            return int(m.group(2))
-    return None
-
-
-def section_startup(report: Report, cfg: dict, deadline: float) -> None:
-    rounds = cfg["startup_rounds"]
-    report.out(f"## Start-up: whole-process time ({rounds} rounds, alternated)")
-    report.out()
-    py = sys.executable
-    bindir = os.path.dirname(py)
-    bw = shutil.which("bwrap")
-    policy_flags = ["--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-                    "--tmpfs", "/tmp", "--die-with-parent", "--new-session"]
-    cmds = {
-        "python -c pass": [py, "-c", "pass"],
-        "python -c 'import pysandbox'": [py, "-c", "import pysandbox"],
-        "pysandbox run -- true": [os.path.join(bindir, "pysandbox"), "run", "--backend", "native",
-                                  "--no-workdir", "--", C.TRUE],
-        "pybwrap ... true": [os.path.join(bindir, "pybwrap"), *policy_flags, C.TRUE],
-        "bwrap ... true": [bw or "bwrap", *policy_flags, C.TRUE],
-    }
-    pool = []
-    for label, argv in cmds.items():
-        done = subprocess.run(argv, capture_output=True, text=True)
-        if done.returncode != 0:
-            msg = f"{label}: exit {done.returncode}: {done.stderr.strip()[-300:]}"
-            report.missing.append(msg)
-            report.out(f"  (missing: {msg})")
-            continue
-        pool.append(C.Contender(label, "-", C._run_argv(argv), argv=argv))
-    samples = M.alternate(pool, rounds, warmup=1, deadline=deadline)
-    stats = {c.name: Summary.of(samples[c.label]) for c in pool}
-    imp = _importtime_us(py)
-    report.results["startup"] = {k: v.median for k, v in stats.items()}
-    report.results["importtime_us"] = imp
-    rows = [[k, ms(s.median), ms(s.p90)] for k, s in stats.items()]
-    report.table(["command", "median ms", "p90 ms"], rows)
-    base = stats.get("bwrap ... true")
-    for k in ("pysandbox run -- true", "pybwrap ... true"):
-        if k in stats and base:
-            report.out(f"- {k} / bwrap ... true: {ratio(stats[k].median, base.median)}")
-    report.out(f"- python -X importtime: import pysandbox cumulative {imp} us" if imp is not None
-               else "- python -X importtime: pysandbox line not found")
-    report.out()
-
-
 def _init_status(argv_prefix, launch_capture) -> tuple[str, int, int]:
     text = launch_capture(["/bin/cat", "/proc/1/status"])
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
@@ -452,7 +399,7 @@ def section_ballast(report: Report, cfg: dict, deadline: float) -> None:
 
 
 SECTIONS = {"launch": section_launch, "ballast": section_ballast, "mounts": section_mounts,
-            "throughput": section_throughput, "soak": section_soak, "startup": section_startup,
+            "throughput": section_throughput, "soak": section_soak, "startup": U.section_startup,
             "memory": section_memory, "session": S.section_session, "pool": S.section_pool,
             "aio": S.section_aio, "session_soak": S.section_session_soak}
 

@@ -15,11 +15,16 @@ POLICY_FLAGS = ["--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--de
                 "--tmpfs", "/tmp", "--die-with-parent", "--new-session"]
 COMMANDS = {
     "python-pass": [sys.executable, "-c", "pass"],
+    "python-isolated-pass": [sys.executable, "-I", "-c", "pass"],   # issue 15's reference
     "python-import-pysandbox": [sys.executable, "-c", "import pysandbox"],
     "pysandbox-run": [os.path.join(BINDIR, "pysandbox"), "run", "--backend", "native", "--no-workdir",
                       "--", C.TRUE],
     "pybwrap": [os.path.join(BINDIR, "pybwrap"), *POLICY_FLAGS, C.TRUE],
     "bwrap": [shutil.which("bwrap") or "bwrap", *POLICY_FLAGS, C.TRUE],
+    "pybwrap-ro-bind": [os.path.join(BINDIR, "pybwrap"), "--ro-bind", "/", "/", C.TRUE],
+    "bwrap-ro-bind": [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", C.TRUE],
+    "pybwrap-help": [os.path.join(BINDIR, "pybwrap"), "--help"],
+    "bwrap-help": [shutil.which("bwrap") or "bwrap", "--help"],
 }
 
 
@@ -31,7 +36,8 @@ def test_whole_process(benchmark, label):
         from conftest import unavailable
         unavailable(f"{label}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
     benchmark.group = "startup"
-    benchmark.pedantic(subprocess.run, args=(argv,), kwargs={"check": True}, rounds=20, warmup_rounds=1)
+    benchmark.pedantic(subprocess.run, args=(argv,), kwargs={"check": True, "stdout": subprocess.DEVNULL},
+                       rounds=20, warmup_rounds=1)
 
 
 def test_importtime(benchmark):

@@ -5,10 +5,10 @@ and its number parsing (``strtol`` as C does it, capability names)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from pysandbox.errors import BwrapArgumentError, Reason
 from pysandbox.policy import CAPABILITIES
+from pysandbox.records import dataclass, field
 
 MAX_ARGS = 9000
 MAX_TMPFS_BYTES = (2**64 - 1) >> 1

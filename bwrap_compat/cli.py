@@ -2,8 +2,9 @@
 
 Behaves as ``bwrap`` whatever name it is installed or linked under: messages are
 prefixed ``bwrap: ``, a setup failure exits 1, the command's status is the exit
-status (128+N for a signal). Start-up stays lean: ``--version`` imports nothing
-but this module, and nothing here imports pyroute2 or hypothesis.
+status (128+N for a signal). Start-up stays lean: ``--version`` and ``--help`` alone
+import nothing of pysandbox, a ``--help`` after other options imports the parser but no
+backend (tests/unit/test_startup_imports.py), and nothing here imports pyroute2 or hypothesis.
 
 ``PYBWRAP_BACKEND`` (``native`` by default, or ``bwrap``) picks the pysandbox
 backend; ``bwrap`` exists only to smoke-test this layer where native cannot run.
@@ -51,10 +52,16 @@ def usage(code: int, out) -> int:
 def main(argv=None) -> int:
     """Run bwrap's command line ``argv`` (default ``sys.argv[1:]``); returns the exit status.
 
+    Without ``argv`` this is the pybwrap process itself: ``--die-with-parent`` then also
+    binds this process to its parent, as bwrap's own (:mod:`bwrap_compat.lifeline`).
+
     Raises:
         nothing: every failure is a ``bwrap: `` message and exit status 1, as bwrap.
     """
+    parent_pid = os.getppid() if argv is None else None   # first: the lifeline's race check
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--help"]:   # what bwrap's parser does first with it; clients call it before every command
+        return usage(0, sys.stdout)
     if argv == ["--version"]:
         print(VERSION, flush=True)
         return 0
@@ -86,7 +93,7 @@ def main(argv=None) -> int:
         return die(exc.args[0])
     from .launch import run
     try:
-        return run(args, backend=os.environ.get("PYBWRAP_BACKEND", "native"))
+        return run(args, backend=os.environ.get("PYBWRAP_BACKEND", "native"), parent_pid=parent_pid)
     except SandboxError as exc:
         return die(bwrap_message(exc))
     except OSError as exc:   # from our own descriptor handling

@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import signal
+import sys
 
 from pysandbox import ops as O
 from pysandbox import view
@@ -18,6 +19,8 @@ from pysandbox.errors import BwrapArgumentError, Reason, SetupError
 from pysandbox.lifecycle import exit_status
 from pysandbox.process import Popen, compiled
 
+from . import selfexec
+from .lifeline import bind_to_parent
 from .mapping import to_policy
 from .args import BwrapArgs
 
@@ -119,8 +122,11 @@ def json_status_document(pid: int, ids) -> str:
     return "{ \"child-pid\": %i" % pid + "".join(", \"%s-namespace\": %d" % i for i in ids) + " }\n"
 
 
-def run(args: BwrapArgs, backend: str = "native") -> int:
+def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None) -> int:
     """Launch ``args`` (already :func:`~bwrap_compat.parser.check`-ed) and wait for it.
+
+    ``parent_pid``: this process is pybwrap itself, started by ``parent_pid``; with
+    ``--die-with-parent`` it then dies with that parent (before any lock is taken).
 
     Returns the exit status bwrap would return. Raises:
         SandboxError: any setup failure (printed as ``bwrap: <message>``, exit 1).
@@ -133,6 +139,18 @@ def run(args: BwrapArgs, backend: str = "native") -> int:
     plan = compiled(policy)
     if args.chdir is not None:
         _check_chdir(policy.chdir, args.chdir, plan)
+    command, shown = list(args.command), args.command[0]
+    if sys.executable and selfexec.names_self(shown, plan.chdir, plan.mount_ops):
+        # bwrap's /proc/self/exe is bwrap: run pybwrap, not the bare interpreter.
+        missing = selfexec.missing_files(plan.mount_ops)
+        if missing is not None:
+            raise _err(f"execvp {shown}: pybwrap runs itself there with {missing}, which the sandbox does not show")
+        command = selfexec.rewrite(command, policy.argv0)
+        if policy.argv0 is not None:   # now the nested pybwrap's sys.argv[0]
+            policy = policy.replace(argv0=None)
+            plan = compiled(policy)
+    if args.die_with_parent and parent_pid is not None:
+        bind_to_parent(parent_pid)
     locks = take_locks(compat.lock_files, plan)
     pass_fds = inherited_fds(set(compat.consumed_fds) | set(locks))
     # The executor reads (and closes, in the sandbox) --block-fd and --userns-block-fd.
@@ -141,7 +159,6 @@ def run(args: BwrapArgs, backend: str = "native") -> int:
         if fd not in (compat.info_fd, compat.json_status_fd, compat.sync_fd) + waits:
             _close(fd)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    command = list(args.command)
 
     def started(pid: int) -> None:
         # As bwrap's monitor, right after the clone and before the setup (which may be
@@ -164,9 +181,9 @@ def run(args: BwrapArgs, backend: str = "native") -> int:
             exc.existing_link = existing_link(exc.filename, plan.ops[:exc.op])
         raise
     except FileNotFoundError:
-        raise _err(f"execvp {command[0]}: {os.strerror(errno.ENOENT)}") from None
+        raise _err(f"execvp {shown}: {os.strerror(errno.ENOENT)}") from None
     except PermissionError:
-        raise _err(f"execvp {command[0]}: {os.strerror(errno.EACCES)}") from None
+        raise _err(f"execvp {shown}: {os.strerror(errno.EACCES)}") from None
     finally:
         for fd in waits:
             if fd is not None:

@@ -16,7 +16,6 @@ Root without --unshare-user is rendered as a user namespace mapping uid/gid 0 to
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, PolicyError, Reason
 from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Overlay, Policy,
@@ -24,6 +23,7 @@ from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mq
 from pysandbox import view
 from pysandbox.probe import host
 from pysandbox.plan import PROC_READONLY
+from pysandbox.records import dataclass
 
 from .args import BwrapArgs, CAP_NAMES, read_fd_default
 
@@ -89,6 +89,14 @@ def caps_of(args: BwrapArgs, real_uid: int, start_caps: frozenset | None) -> fro
     if real_uid == 0 and not args.cap_ops and args.uid != 0:
         caps = set()   # exec as a non-zero uid clears them; nothing made them ambient
     return frozenset(CAP_NAMES[c] for c in caps if c < len(CAPABILITIES))
+
+
+def caps_raised(args: BwrapArgs, real_uid: int) -> bool:
+    """Whether the kept capabilities are also made inheritable and ambient. bwrap does
+    it for its requested set only after a capset, which root without --cap-add/--cap-drop
+    skips: root's sets reach the command as they were (nothing inheritable or ambient
+    for a caller that had none), with or without --unshare-user."""
+    return real_uid != 0 or bool(args.cap_ops)
 
 
 def _realpath(src: str, optional: bool) -> str | None:
@@ -210,6 +218,7 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
         block_fd=args.block_fd, userns_block_fd=args.userns_block_fd, userns_fd=args.userns_fd,
         pidns_fd=args.pidns_fd, userns2_fd=args.userns2_fd,
         new_session=args.new_session, as_pid_1=args.as_pid_1, caps_keep=caps_of(args, real_uid, start_caps),
+        caps_ambient=caps_raised(args, real_uid),
         allow_nested_userns=not args.disable_userns, seccomp=tuple(seccomp), argv0=args.argv0,
         allow_host_mountpoints=True)   # bwrap creates missing mount points in writable host binds
     if args.assert_userns_disabled and not args.disable_userns and host.nested_userns_possible():

@@ -88,6 +88,8 @@ enum psb_stage {
 #define PSB_F_NO_AMBIENT 0x200 /* CAPS: kept capabilities stay out of the ambient set (after
                                   --userns2 the uid may be unmapped: exec decides, as bwrap) */
 #define PSB_F_NOFOLLOW  0x400 /* CHDIR: no symlink in the path (the policy's canonical workdir) */
+#define PSB_F_NO_RAISE  0x800 /* CAPS: kept capabilities stay permitted/effective only: nothing
+                                  inheritable or ambient (bwrap run by root with no --cap-add/--cap-drop) */
 
 /* Probe kinds for psb_probe. */
 #define PSB_PROBE_CLONE     0

@@ -127,12 +127,6 @@ struct pollfd { int fd; short events, revents; };
 static unsigned char filters[MAX_FILTERS][FILTER_BYTES + 8];
 static unsigned short filter_len[MAX_FILTERS];
 
-static void __attribute__((noreturn)) quit(int code)
-{
-    for (;;)
-        sys6(NR_EXIT_GROUP, code, 0, 0, 0, 0, 0);
-}
-
 static int streq(const char *a, const char *b)
 {
     while (*a && *a == *b)

@@ -1,10 +1,12 @@
-/* Shared by the freestanding inits (native/psb_init.c, native/psb_bwrap_init.c): the
- * process entry point and a raw six-argument system call, with no libc. Each init
- * defines its own NR_* numbers. */
+/* Shared by the freestanding programs (native/psb_init.c, native/psb_bwrap_init.c,
+ * native/psb_session.c): the process entry point, a raw six-argument system call, exit
+ * and argument parsing, with no libc. Each program defines the other NR_* numbers it
+ * uses. */
 #ifndef PSB_FREESTANDING_H
 #define PSB_FREESTANDING_H
 
 #if defined(__x86_64__)
+#define PSB_NR_EXIT_GROUP 231
 /* _start: clear the frame pointer, hand the initial stack (argc, argv, envp) to MAIN. */
 #define PSB_START(MAIN) \
     __asm__(".text\n.global _start\n_start:\n\txor %rbp,%rbp\n\tmov %rsp,%rdi\n\tand $-16,%rsp\n" \
@@ -23,5 +25,27 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f)
 #else
 #error "the freestanding inits support x86_64 only"
 #endif
+
+/* The program's end: exit_group(code), never returning. */
+static void __attribute__((noreturn, unused)) quit(int code)
+{
+    for (;;)
+        sys6(PSB_NR_EXIT_GROUP, code, 0, 0, 0, 0, 0);
+}
+
+/* A descriptor number given as an argument: non-negative decimal digits; -1 for
+ * anything else, the empty string and a missing argument included. */
+static long __attribute__((unused)) parse(const char *s)
+{
+    long v = 0;
+    if (s == 0 || *s == 0)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        v = v * 10 + (*s - '0');
+    }
+    return v;
+}
 
 #endif

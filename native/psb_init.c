@@ -23,25 +23,6 @@ PSB_START(psb_init_main);
 
 #define PR_SET_DUMPABLE 4
 
-static long parse(const char *s)
-{
-    long v = 0;
-    if (s == 0)
-        return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        v = v * 10 + (*s - '0');
-    }
-    return v;
-}
-
-static void __attribute__((noreturn)) quit(int code)
-{
-    for (;;)
-        sys6(NR_EXIT_GROUP, code, 0, 0, 0, 0, 0);
-}
-
 void __attribute__((noreturn, used)) psb_init_main(long *sp)
 {
     long argc = sp[0];

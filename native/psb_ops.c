@@ -266,11 +266,16 @@ int psb_op_caps(const struct psb_op *op)
     struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
     struct __user_cap_data_struct data[2];
     memset(data, 0, sizeof data);
-    data[0].effective = data[0].permitted = data[0].inheritable = (uint32_t)keep;
-    data[1].effective = data[1].permitted = data[1].inheritable = (uint32_t)(keep >> 32);
+    /* PSB_F_NO_RAISE: the inheritable set stays as the new user namespace made it
+     * (empty), so no capability can be made ambient either. */
+    uint64_t inheritable = (op->flags & PSB_F_NO_RAISE) ? 0 : keep;
+    data[0].effective = data[0].permitted = (uint32_t)keep;
+    data[1].effective = data[1].permitted = (uint32_t)(keep >> 32);
+    data[0].inheritable = (uint32_t)inheritable;
+    data[1].inheritable = (uint32_t)(inheritable >> 32);
     if (syscall(SYS_capset, &hdr, data) != 0)
         return -1;
-    for (long cap = 0; cap <= op->m && !(op->flags & PSB_F_NO_AMBIENT); cap++) {
+    for (long cap = 0; cap <= op->m && !(op->flags & (PSB_F_NO_AMBIENT | PSB_F_NO_RAISE)); cap++) {
         if ((keep & (1ULL << cap)) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0)
             return -1;
     }

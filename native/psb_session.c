@@ -118,25 +118,6 @@ static char payload[MAX_PAYLOAD + 1];
 static char *strs[MAX_STRINGS + 3];
 static long chan = -1, sigfd = -1;
 
-static void __attribute__((noreturn)) quit(int code)
-{
-    for (;;)
-        sys6(NR_EXIT_GROUP, code, 0, 0, 0, 0, 0);
-}
-
-static long parse(const char *s)
-{
-    long v = 0;
-    if (s == 0 || *s == 0)
-        return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9')
-            return -1;
-        v = v * 10 + (*s - '0');
-    }
-    return v;
-}
-
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
 {
     unsigned int ev[4] = { type, id, a, b };

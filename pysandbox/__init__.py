@@ -5,46 +5,13 @@
     done = pysandbox.run(["make", "test"], policy=policy, capture_output=True, timeout=60)
 
 See README.md for the command line, the reason codes and what is not covered.
+
+Every public name is imported on first use (PEP 562 ``__getattr__``), so that ``import
+pysandbox`` and the command lines' ``--help`` and ``--version`` stay cheap: ``from pysandbox
+import Policy`` imports the policy modules, not the backends (docs/ARCHITECTURE.md).
 """
 
-from .errors import (
-    BackendUnavailable,
-    BwrapArgumentError,
-    BwrapNotFound,
-    BwrapOptionUnsupported,
-    BwrapProbeFailed,
-    CapabilityUnavailable,
-    NativeModuleMissing,
-    NetworkModeUnsupported,
-    NetworkNamespaceUnavailable,
-    PolicyError,
-    Reason,
-    SandboxError,
-    SetuidRejected,
-    SessionError,
-    SetupError,
-    UserNamespaceUnavailable,
-)
-from .policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Overlay, Policy, Proc, RemountRo,
-                     Symlink, Tmpfs)
-from .process import (
-    DEVNULL,
-    PIPE,
-    STDOUT,
-    CalledProcessError,
-    CompletedProcess,
-    Popen,
-    SandboxProcess,
-    TimeoutExpired,
-    run,
-)
-
-# Imported eagerly: the submodule pysandbox.status and the function share the name, and
-# a lazy __getattr__ loses to the submodule once anything imports pysandbox.status (then
-# pysandbox.status is the module). status.py imports the probes only when called.
-from .status import status
-from .session import Sandbox, SessionProcess   # noqa: E402 - after process, which it builds on
-from .pool import Pool   # noqa: E402
+import sys as _sys
 
 __version__ = "0.1.0"
 
@@ -54,6 +21,68 @@ __all__ = [
     "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "NativeModuleMissing", "Network",
     "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "Overlay", "PIPE", "Policy", "PolicyError", "Popen",
     "Pool", "Proc", "Reason", "Sandbox", "SessionError", "SessionProcess", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
-    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "run", "status",
+    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "call", "check_call",
+    "check_output", "run", "status",
     "__version__",
 ]
+
+# public name -> the submodule that defines it
+_HOME = {
+    **dict.fromkeys(("BackendUnavailable", "BwrapArgumentError", "BwrapNotFound", "BwrapOptionUnsupported",
+                     "BwrapProbeFailed", "CapabilityUnavailable", "NativeModuleMissing", "NetworkModeUnsupported",
+                     "NetworkNamespaceUnavailable", "PolicyError", "Reason", "SandboxError", "SetuidRejected",
+                     "SessionError", "SetupError", "UserNamespaceUnavailable"), "errors"),
+    **dict.fromkeys(("Bind", "Chmod", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "Network", "Overlay",
+                     "Policy", "Proc", "RemountRo", "Symlink", "Tmpfs"), "policy"),
+    **dict.fromkeys(("DEVNULL", "PIPE", "STDOUT", "CalledProcessError", "CompletedProcess", "Popen",
+                     "SandboxProcess", "TimeoutExpired", "call", "check_call", "check_output", "run"), "process"),
+    "status": "status", "Sandbox": "session", "SessionProcess": "session", "Pool": "pool",
+}
+# the submodules `import pysandbox` used to import, still reachable as attributes
+_SUBMODULES = frozenset(("_popen", "backends", "checks", "errors", "execpath", "fs", "lifecycle", "memfd", "ops",
+                         "plan", "policy", "pool", "process", "seccomp", "session", "session_proto", "view"))
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # what type checkers and IDEs read; at run time __getattr__ imports these
+    from .errors import (BackendUnavailable, BwrapArgumentError, BwrapNotFound, BwrapOptionUnsupported,
+                         BwrapProbeFailed, CapabilityUnavailable, NativeModuleMissing, NetworkModeUnsupported,
+                         NetworkNamespaceUnavailable, PolicyError, Reason, SandboxError, SessionError,
+                         SetuidRejected, SetupError, UserNamespaceUnavailable)
+    from .policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Overlay, Policy, Proc,
+                         RemountRo, Symlink, Tmpfs)
+    from .pool import Pool
+    from .process import (DEVNULL, PIPE, STDOUT, CalledProcessError, CompletedProcess, Popen, SandboxProcess,
+                          TimeoutExpired, call, check_call, check_output, run)
+    from .session import Sandbox, SessionProcess
+    from .status import status
+del TYPE_CHECKING
+
+
+def __getattr__(name: str):
+    from importlib import import_module
+    if name in _SUBMODULES:
+        return import_module(f"{__name__}.{name}")   # which sets it as an attribute here
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(type(_sys)):
+    """This package's module type: the submodule ``pysandbox.status`` never takes the place
+    of the function ``pysandbox.status`` (importing a submodule sets it as an attribute of
+    its package; the submodule stays in ``sys.modules``)."""
+
+    def __setattr__(self, name, value):
+        if name == "status" and isinstance(value, type(_sys)):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

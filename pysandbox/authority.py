@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .fs import Hide
+from .records import dataclass
 
 # Variables that advertise an authority socket (removed in deny mode).
 ENV_VARIABLES = (

@@ -13,30 +13,31 @@ def check_path(path, what: str = "path") -> str:
     """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/')."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
+    # Paths are bytes to the kernel: bytes that are not UTF-8 are kept in the str form
+    # os.fsdecode gives them (surrogateescape), and every backend passes them on with
+    # os.fsencode; a str that no bytes decode to (a lone surrogate) is refused below.
     if isinstance(path, bytes):
-        try:
-            path = path.decode()
-        except UnicodeDecodeError:
-            raise PolicyError(f"{what} is not valid UTF-8: {path!r}", Reason.INVALID_PATH, path) from None
+        path = os.fsdecode(path)
     if not isinstance(path, str):
         raise PolicyError(f"{what} must be a string, not {type(path).__name__}", Reason.INVALID_PATH, path)
     if not path or "\x00" in path:
         raise PolicyError(f"{what} is empty or contains NUL: {path!r}", Reason.INVALID_PATH, path)
     if not path.startswith("/"):
         raise PolicyError(f"{what} must be absolute: {path!r}", Reason.INVALID_PATH, path)
-    if len(path.encode(errors="surrogateescape")) >= 4096:
-        raise PolicyError(f"{what} is longer than PATH_MAX: {path[:40]!r}...", Reason.INVALID_PATH, path)
     try:
-        path.encode()
+        raw = os.fsencode(path)
     except UnicodeEncodeError:
-        raise PolicyError(f"{what} is not valid UTF-8: {path!r}", Reason.INVALID_PATH, path) from None
+        raise PolicyError(f"{what} is not a byte string's text form (a lone surrogate): {path!r}",
+                          Reason.INVALID_PATH, path) from None
+    if len(raw) >= 4096:
+        raise PolicyError(f"{what} is longer than PATH_MAX: {path[:40]!r}...", Reason.INVALID_PATH, path)
     parts = []
     for part in path.split("/"):
         if part in ("", "."):
             continue
         if part == "..":
             raise PolicyError(f"{what} must not contain '..': {path!r}", Reason.INVALID_PATH, path)
-        if len(part.encode()) > 255:
+        if len(os.fsencode(part)) > 255:
             raise PolicyError(f"{what} has a component longer than NAME_MAX: {path[:40]!r}...",
                               Reason.INVALID_PATH, path)
         parts.append(part)

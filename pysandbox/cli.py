@@ -9,12 +9,11 @@ on stderr names the reason code); 126 command not executable; 127 command not fo
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import os
 import signal
 import sys
 
+from . import __version__
 from .lifecycle import KILL_GRACE, exit_status, stop
 
 EXIT_SETUP = 125
@@ -54,10 +53,28 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
+    def _get_formatter(self):   # argparse's own, with the width it would ask shutil (and bz2, lzma) for
+        return self.formatter_class(prog=self.prog, width=_columns() - 2)
+
+
+def _columns() -> int:
+    """``shutil.get_terminal_size().columns``: $COLUMNS, else the terminal's, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Run a command confined in Linux namespaces.")
     parser.add_argument("--verbose", "-v", action="store_true", help="log the chosen backend to stderr")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="cmd", metavar="{run,status}", parser_class=_Parser)
     sub.required = True
 
@@ -164,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pysandbox`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(format="%(message)s", level=logging.INFO if args.verbose else logging.WARNING)
+    if args.verbose:   # else a warning reaches stderr through logging's last resort, as "%(message)s"
+        import logging
+        logging.basicConfig(format="%(message)s", level=logging.INFO)
     from .errors import PolicyError, SandboxError
     try:
         if args.cmd == "status":
@@ -278,7 +297,9 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
         _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
         return EXIT_SETUP
     started.append(proc)
-    logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
+    if args.verbose:
+        import logging
+        logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d)", proc.backend_name, proc.pid)
     for sig in pending:
         proc.forward_signal(sig)
     try:
@@ -295,8 +316,11 @@ def _status(args) -> int:
     from .status import status
     policy = Policy.default(network=args.network)
     st = status(policy, backend=args.backend)
-    logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
+    if args.verbose:
+        import logging
+        logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
     if args.json:
+        import json
         print(json.dumps(st.to_dict(), indent=2, sort_keys=True))
     else:
         print(format_status(st))

@@ -6,12 +6,11 @@ plan's operations (:mod:`pysandbox.ops`)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Union
 
 from .checks import (as_tuple, canonical, check_fd, check_mode, check_path, check_size, set_field,
                      validated)
 from .errors import PolicyError, Reason
+from .records import dataclass
 
 
 @validated
@@ -238,7 +237,7 @@ class Overlay:
         return self.lower + ((self.upper, self.work) if self.upper is not None else ())
 
 
-FsOp = Union[Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide, Overlay]
+FsOp = Bind | Tmpfs | Proc | Dev | Mqueue | Dir | Symlink | File | RemountRo | Chmod | Hide | Overlay
 FS_OP_TYPES = (Bind, Tmpfs, Proc, Dev, Mqueue, Dir, Symlink, File, RemountRo, Chmod, Hide, Overlay)
 
 

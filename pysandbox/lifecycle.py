@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
 
@@ -25,6 +24,7 @@ def stop(proc, grace: float = KILL_GRACE, *, wait=None):
     Raises:
         Nothing of its own: whatever ``wait(None)`` raises.
     """
+    import subprocess   # here: the command lines' --help imports this module
     if wait is None:
         def wait(timeout):
             return proc.wait(timeout=timeout)

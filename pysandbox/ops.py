@@ -9,7 +9,8 @@ bwrap spelling). :mod:`pysandbox.plan` compiles a Policy into a tuple of them;
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from .records import dataclass
 
 
 # ---------------------------------------------------------------- operations
@@ -171,6 +172,7 @@ class DisableUserns:
 @dataclass(frozen=True)
 class DropCapabilities:
     keep: frozenset = frozenset()   # capability names, lower case without cap_
+    ambient: bool = True            # kept ones also inheritable and ambient (Policy.caps_ambient)
 
 
 @dataclass(frozen=True)

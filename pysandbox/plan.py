@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 
 from . import policy as P
 from . import seccomp as _seccomp
 from .errors import PolicyError, Reason
+from .records import dataclass
 
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
@@ -107,7 +107,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         ops.append(EnterUserns2(policy.userns2_fd))
     if not policy.allow_nested_userns:
         ops.append(DisableUserns())
-    ops.append(DropCapabilities(policy.caps_keep))
+    ops.append(DropCapabilities(policy.caps_keep, ambient=policy.caps_ambient))
     ops.append(NoNewPrivs())
     if policy.block_fd is not None:   # as bwrap: after the capability drop, before seccomp
         ops.append(WaitFd(policy.block_fd))
@@ -174,9 +174,9 @@ def _compile_fs(op, done, allow_host_mountpoints):
         P.check_overlay_sources(op)
         index = sum(1 for d in done if isinstance(d, MountOverlay) and d.tmp) if op.tmp else 0
         planned = MountOverlay(op.dest, op.lower, op.upper, op.work, op.tmp, index)
-        if len(planned.data.encode()) >= MOUNT_DATA_MAX:
+        if len(os.fsencode(planned.data)) >= MOUNT_DATA_MAX:
             raise PolicyError(f"the overlay on {op.dest} has mount options longer than a page "
-                              f"({len(planned.data.encode())} bytes): use fewer or shorter lower directories",
+                              f"({len(os.fsencode(planned.data))} bytes): use fewer or shorter lower directories",
                               Reason.INVALID_VALUE, op.dest)
         _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
     elif isinstance(op, P.RemountRo):

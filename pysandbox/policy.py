@@ -7,11 +7,9 @@ with a reason and the offending value, never another exception.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from .checks import (as_tuple, canonical, check_fd, check_id, check_mode, check_path,  # noqa: F401
                      check_size, require_hashable, set_field, validated)
@@ -19,6 +17,7 @@ from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
                  Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
+from .records import dataclass, field, replace
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
 NETWORK_MODES = ("deny", "allow", "proxy")
@@ -165,6 +164,9 @@ class Policy:
     new_session: bool = True
     as_pid_1: bool = False
     caps_keep: frozenset = frozenset()
+    caps_ambient: bool = True              # caps_keep also inheritable and ambient (kept across an
+                                           # exec as a non-zero uid); False: permitted/effective only
+                                           # (pybwrap: root with no --cap-add/--cap-drop, as bwrap)
     pass_fds: tuple[int, ...] = ()
     allow_nested_userns: bool = False
     seccomp: tuple[bytes, ...] = ()
@@ -214,7 +216,7 @@ class Policy:
                                   Reason.INVALID_VALUE, self.hostname)
             if "uts" not in ns:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
-        for flag in ("die_with_parent", "new_session", "as_pid_1", "allow_nested_userns",
+        for flag in ("die_with_parent", "new_session", "as_pid_1", "caps_ambient", "allow_nested_userns",
                      "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
@@ -318,7 +320,7 @@ class Policy:
                 items.append((sock.path, 2, Hide(sock.path)))
             env = overrides.get("env", Env())
             if isinstance(env, Env):
-                overrides["env"] = dataclasses.replace(
+                overrides["env"] = replace(
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
@@ -329,7 +331,7 @@ class Policy:
         return cls(fs=fs, network=Network(network) if isinstance(network, str) else network, **overrides)
 
     def replace(self, **changes) -> "Policy":
-        return dataclasses.replace(self, **changes)
+        return replace(self, **changes)
 
     @property
     def writable_paths(self) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""The public process API: ``Popen``, ``run``, following :mod:`subprocess`.
+"""The public process API: ``Popen``, ``run``, ``call``, ``check_call``, ``check_output``,
+following :mod:`subprocess`.
 
 ``SandboxProcess`` is a :class:`subprocess.Popen` whose child is started by a
 backend instead of fork/exec, so pipes, ``communicate``, ``wait(timeout)`` and the
@@ -8,12 +9,15 @@ sandbox's outermost process: killing it ends every process of the sandbox.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
 import threading
 
 from . import plan as _plan
+from . import view as _view
+from .checks import check_path
 from .backends import select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
@@ -64,13 +68,46 @@ def compiled(policy: Policy) -> _plan.Plan:
     return got
 
 
+_cwd_plans: dict = {}
+
+
+def with_start_directory(plan: _plan.Plan, cwd) -> _plan.Plan:
+    """``plan`` starting the command in ``cwd`` (:func:`view.sandbox_cwd`: relative to the
+    plan's own start directory), made once per (plan, directory) so that the backends'
+    per-plan caches (translation, bwrap's check) serve later launches.
+
+    Raises:
+        PolicyError: the sandbox's view has no directory at ``cwd`` (``invalid_path``; a
+            hidden one: ``conflicting_options``), or ``cwd`` is not a valid path.
+    """
+    path = check_path(_view.sandbox_cwd(cwd, plan.chdir), "cwd")
+    _view.check_start_directory(path, plan.mount_ops)   # each launch: the host may have changed
+    if path == plan.chdir:
+        return plan
+    key = (id(plan), path)
+    seen = _cwd_plans.get(key)
+    if seen is not None and seen[0] is plan:
+        return seen[1]
+    derived = dataclasses.replace(plan, ops=tuple(_plan.Chdir(path) if isinstance(op, _plan.Chdir) else op
+                                                  for op in plan.ops))
+    with _plan_lock:
+        if len(_cwd_plans) > 256:
+            _cwd_plans.clear()
+        _cwd_plans[key] = (plan, derived)   # holds the plan: its id is not reused while here
+    return derived
+
+
 class SandboxProcess(BackendPopen):
     """A sandboxed command, with the interface of :class:`subprocess.Popen` (through
     the adapter :class:`pysandbox._popen.BackendPopen`).
 
     Accepts Popen's stdio, ``env``, ``pass_fds``, ``text``/``encoding`` and
-    ``bufsize`` arguments. ``cwd``, ``preexec_fn``, ``user``, ``group`` and
-    ``shell`` are refused: the policy decides those. ``on_start(pid)`` is called
+    ``bufsize`` arguments, and ``cwd``: the directory the command starts in, a path
+    inside the sandbox (relative: to the policy's ``chdir``; the rule of a session's
+    ``cwd``), refused when the sandbox's view has no directory there. ``preexec_fn``,
+    ``user``, ``group`` and ``shell`` are refused: the policy decides those;
+    ``close_fds=False`` is refused (a sandbox never inherits descriptors: name them in
+    ``pass_fds``). ``on_start(pid)`` is called
     (on another thread, before the constructor returns) with the host pid of the
     sandbox's first process as soon as it exists: with ``policy.userns_block_fd``
     that is the process whose ``uid_map``/``gid_map`` the caller writes.
@@ -86,13 +123,16 @@ class SandboxProcess(BackendPopen):
     """
 
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
-                 env=None, pass_fds=(), on_start=None,
+                 env=None, pass_fds=(), on_start=None, cwd=None,
                  close_in_setup=(), **kwargs):
-        for bad in ("cwd", "preexec_fn", "user", "group", "extra_groups", "shell", "executable",
-                    "umask", "process_group", "start_new_session", "close_fds"):
-            if kwargs.get(bad) not in (None, False) and not (bad == "close_fds" and kwargs[bad] is True):
+        for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
+                    "umask", "process_group", "start_new_session"):
+            if kwargs.get(bad) not in (None, False):
                 raise PolicyError(f"{bad}= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS, bad)
             kwargs.pop(bad, None)
+        if kwargs.pop("close_fds", True) is not True:
+            raise PolicyError("close_fds=False: a sandbox never inherits the caller's descriptors; pass the ones "
+                              "the command needs in pass_fds", Reason.CONFLICTING_OPTIONS, "close_fds")
         if isinstance(args, (str, bytes, os.PathLike)):
             args = [args]
         argv = [os.fsdecode(a) for a in args]
@@ -102,6 +142,8 @@ class SandboxProcess(BackendPopen):
             raise PolicyError("command arguments must not contain NUL", Reason.INVALID_VALUE, argv)
         self.policy = policy if policy is not None else Policy.default()
         self.plan = compiled(self.policy)
+        if cwd is not None:
+            self.plan = with_start_directory(self.plan, cwd)
         self.backend = select_backend(backend, self.plan)
         base_env = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
         self._sandbox_env = self.policy.env.apply(base_env)
@@ -179,6 +221,51 @@ def run(args, *, policy: Policy | None = None, backend: str = "auto", input=None
     return run_process(lambda **kw: SandboxProcess(args, policy=policy, backend=backend, **kw), input=input,
                        capture_output=capture_output, timeout=timeout, check=check, kill_grace=kill_grace,
                        kwargs=kwargs)
+
+
+def call(args, *, policy: Policy | None = None, backend: str = "auto", timeout: float | None = None,
+         **kwargs) -> int:
+    """Run ``args`` in a sandbox, wait, return its returncode, as :func:`subprocess.call`
+    (the timeout ends the whole sandbox, as :func:`run`'s).
+
+    Raises:
+        TimeoutExpired, PolicyError, BackendUnavailable, CapabilityUnavailable, SetupError,
+        FileNotFoundError, PermissionError: as :func:`run`.
+    """
+    return run(args, policy=policy, backend=backend, timeout=timeout, **kwargs).returncode
+
+
+def check_call(args, *, policy: Policy | None = None, backend: str = "auto", timeout: float | None = None,
+               **kwargs) -> int:
+    """:func:`call`, raising CalledProcessError on a non-zero returncode, as
+    :func:`subprocess.check_call`; returns 0.
+
+    Raises:
+        CalledProcessError: a non-zero returncode (negative for a signal).
+        TimeoutExpired, PolicyError, ...: as :func:`run`.
+    """
+    return run(args, policy=policy, backend=backend, timeout=timeout, check=True, **kwargs).returncode
+
+
+def check_output(args, *, policy: Policy | None = None, backend: str = "auto", timeout: float | None = None,
+                 **kwargs):
+    """The command's standard output, as :func:`subprocess.check_output` (bytes, or str
+    with ``text``/``encoding``/``errors``); stderr is not captured unless asked
+    (``stderr=STDOUT`` or ``PIPE``).
+
+    Raises:
+        ValueError: ``stdout=`` given (it is the output).
+        CalledProcessError: a non-zero returncode; ``output`` holds what was read.
+        TimeoutExpired, PolicyError, ...: as :func:`run`.
+    """
+    if "stdout" in kwargs:
+        raise ValueError("stdout argument not allowed, it will be overridden.")
+    if "input" in kwargs and kwargs["input"] is None:
+        # as subprocess: an explicit input=None means empty input, not the caller's stdin
+        text = kwargs.get("universal_newlines") or kwargs.get("text") or kwargs.get("encoding") \
+            or kwargs.get("errors")
+        kwargs["input"] = "" if text else b""
+    return run(args, policy=policy, backend=backend, stdout=PIPE, timeout=timeout, check=True, **kwargs).stdout
 
 
 def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill_grace: float,

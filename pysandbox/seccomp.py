@@ -104,7 +104,7 @@ Raises in this module are :class:`CapabilityUnavailable` with reason
 from __future__ import annotations
 
 import errno as _errno
-import platform
+import os
 import struct
 
 from .errors import CapabilityUnavailable, PolicyError, Reason
@@ -265,7 +265,7 @@ def check_machine(machine: str | None = None) -> str:
     Raises:
         CapabilityUnavailable: ``seccomp_unavailable`` on another architecture.
     """
-    machine = machine or platform.machine()
+    machine = machine or os.uname().machine
     if machine not in SUPPORTED_MACHINES:
         raise CapabilityUnavailable(
             f"pysandbox's built-in seccomp filters are written for {', '.join(SUPPORTED_MACHINES)}, "

@@ -40,6 +40,7 @@ from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
 from .process import SandboxProcess, compiled, run_process
+from .view import sandbox_cwd
 
 START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
 CLOSE_TIMEOUT = 5.0    # seconds for the sandbox to end once the socket is closed
@@ -292,7 +293,7 @@ class Sandbox:
         finally:
             theirs.close()
         self.backend_name = self._server.backend_name
-        if not self.channel.wait_for(lambda: self.channel.ready, start_timeout) or not self.channel.ready:
+        if not self.channel.wait_for(lambda: self.channel.ready, start_timeout):
             why = self.channel.lost
             self.close()
             code = self._server.returncode
@@ -319,10 +320,7 @@ class Sandbox:
         working directory; None: that directory)."""
         if cwd is None:
             return self.plan.chdir
-        cwd = os.fsdecode(cwd)
-        if "\x00" in cwd:
-            raise PolicyError("cwd must not contain NUL", Reason.INVALID_VALUE, cwd)
-        return os.path.normpath(os.path.join(self.plan.chdir, cwd))
+        return sandbox_cwd(cwd, self.plan.chdir)
 
     def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True) -> _RemoteChild:
         ch = self.channel

@@ -112,6 +112,52 @@ def is_dir(path: str, done) -> bool:
     return path == op.dest
 
 
+
+def sandbox_cwd(cwd, base: str) -> str:
+    """``cwd`` (str, bytes or PathLike; relative: to ``base``, the policy's start directory)
+    as the absolute, normalised sandbox path a command starts in. The rule of a session's
+    per-command ``cwd`` and of a one-shot launch's.
+
+    Raises:
+        PolicyError (invalid_path): empty, or NUL in it.
+    """
+    from .errors import PolicyError, Reason
+    try:
+        text = os.fsdecode(cwd)
+    except TypeError:
+        raise PolicyError(f"cwd must be a path, not {type(cwd).__name__}", Reason.INVALID_PATH, cwd) from None
+    if not text or "\x00" in text:
+        raise PolicyError(f"cwd is empty or contains NUL: {text!r}", Reason.INVALID_PATH, text)
+    return os.path.normpath(os.path.join(base, text))
+
+
+def check_start_directory(path: str, done, what: str = "cwd") -> None:
+    """Refuse ``path`` as a start directory when the sandbox's view, after the mount ops
+    ``done``, shows no directory there (missing, not a directory, or hidden). A path
+    inside a procfs or a minimal /dev, whose nodes exist only once mounted, is left to
+    the launch's own chdir.
+
+    Raises:
+        PolicyError (invalid_path): missing or not a directory;
+            (conflicting_options): a hide covers it.
+    """
+    from .errors import PolicyError, Reason
+    if path == "/":
+        return
+    host, op = host_path(path, done)
+    if isinstance(op, O.MountTmpfs) and op.readonly and op.mode == O.HIDE_MODE:
+        raise PolicyError(f"{what} {path}: hidden in the sandbox view (a hide covers {op.dest})",
+                          Reason.CONFLICTING_OPTIONS, path)
+    if host is not None:
+        found, present = os.path.isdir(host), os.path.lexists(host)
+    elif op is None or isinstance(op, (O.MountTmpfs, O.MountMqueue, O.MountOverlay)):
+        found, present = is_dir(path, done), exists(path, done)
+    else:
+        return
+    if not found:
+        problem = "not a directory" if present else "no such directory"
+        raise PolicyError(f"{what} {path}: {problem} in the sandbox view", Reason.INVALID_PATH, path)
+
 def find_executable(name: str, done, env: dict, cwd: str) -> str:
     """Find ``name`` as the sandbox's ``execve`` will (the PATH rule of
     :func:`pysandbox.execpath.exec_candidates`), through the ops ``done``.

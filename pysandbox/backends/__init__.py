@@ -7,14 +7,12 @@ fallback from an explicit choice, and no fallback to running unsandboxed.
 
 from __future__ import annotations
 
-import logging
 import threading
 
 from ..errors import BackendUnavailable, CapabilityUnavailable, PolicyError, Reason
 from .base import check_network_mode
 
 BACKENDS = ("native", "bwrap")
-log = logging.getLogger("pysandbox")
 _instances: dict = {}
 _lock = threading.Lock()
 
@@ -51,5 +49,6 @@ def select_backend(name: str, plan):
             backend.check(plan)
         except (BackendUnavailable, CapabilityUnavailable):
             raise native_error from None
-        log.warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
+        import logging   # here: a launch that logs nothing imports nothing for it
+        logging.getLogger("pysandbox").warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
         return backend

@@ -22,7 +22,7 @@ NO_EXEC_INIT_ENV = "PYSANDBOX_NATIVE_NO_EXEC_INIT"
 
 # The op kinds, flags and stages Python emits (native_ops.py), checked against the module.
 from .native_ops import (F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE, F_MODE,  # noqa: E402
-                         F_NO_AMBIENT, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, OP, OP_KINDS,
+                         F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, OP, OP_KINDS,
                          STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP, STAGE_PARENT_DIED, STAGE_PIPE)
 
 # The signals the sandbox's pid-1 init forwards to the command (both init modes).
@@ -46,7 +46,8 @@ def module_drift(lib) -> list[str]:
             drift.append(f"PSB_OP_{name}")
     flags = {"RO": F_RO, "DEV": F_DEV, "OPTIONAL": F_OPTIONAL, "BIND": F_BIND, "MODE": F_MODE,
              "USERNS_FDS": F_USERNS_FDS, "IF_WRITABLE": F_IF_WRITABLE, "CURRENT_IDS": F_CURRENT_IDS,
-             "LIFELINE": F_LIFELINE, "NO_AMBIENT": F_NO_AMBIENT, "NOFOLLOW": F_NOFOLLOW}
+             "LIFELINE": F_LIFELINE, "NO_AMBIENT": F_NO_AMBIENT, "NOFOLLOW": F_NOFOLLOW,
+             "NO_RAISE": F_NO_RAISE}
     drift += [f"PSB_F_{n}" for n, v in flags.items() if getattr(lib, f"PSB_F_{n}", None) != v]
     stages = (STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE)
     names = ("OP", "CLONE", "PARENT_DIED", "FDS", "EXEC", "PIPE")

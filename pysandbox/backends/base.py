@@ -11,10 +11,14 @@ records (:class:`CapabilityStatus`, :class:`BackendStatus`) and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
-
 from ..errors import NetworkModeUnsupported, Reason
+from ..records import dataclass, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # the protocols are for type checkers; at run time they are plain classes
+    from typing import Callable, Protocol
+else:
+    Protocol = object
 
 
 @dataclass

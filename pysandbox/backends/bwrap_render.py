@@ -279,8 +279,8 @@ def check_expressible(plan: P.Plan, info) -> None:
     """Refuse what bwrap cannot do faithfully, rather than run something weaker.
 
     Raises:
-        BwrapOptionUnsupported: block_fd, userns_block_fd or a namespace to join; a read-only
-            device bind (bwrap has no read-only ``--dev-bind``; ``--remount-ro`` is not
+        BwrapOptionUnsupported: block_fd, userns_block_fd or a namespace to join; kept
+            capabilities with ``caps_ambient=False``; a read-only device bind (bwrap has no read-only ``--dev-bind``; ``--remount-ro`` is not
             recursive, submounts stay writable).
         PolicyError: one descriptor feeds two files (bwrap closes it after the first).
     """
@@ -300,6 +300,13 @@ def check_expressible(plan: P.Plan, info) -> None:
                 f"the bwrap backend cannot honour {name}: bwrap joins given namespaces only without "
                 f"--unshare-user (or from its setuid parent), which this backend always passes; use the "
                 f"native backend", Reason.BWRAP_OPTION_UNSUPPORTED)
+    caps = plan.first(P.DropCapabilities)
+    if caps is not None and caps.keep and not caps.ambient:
+        # bwrap's --cap-add always makes the kept ones inheritable and ambient too; only
+        # a root bwrap without any --cap-* keeps them otherwise, its caller's own set.
+        raise BwrapOptionUnsupported(
+            "the bwrap backend cannot honour caps_ambient=False: bwrap's --cap-add makes the kept "
+            "capabilities inheritable and ambient; use the native backend", Reason.BWRAP_OPTION_UNSUPPORTED)
     seen = set()
     for op in plan.mount_ops:
         if isinstance(op, P.BindMount) and op.dev and op.readonly:
@@ -316,5 +323,5 @@ def check_expressible(plan: P.Plan, info) -> None:
 
 def nul_joined(words: list[str]) -> bytes:
     """``words`` NUL-terminated, as ``bwrap --args FD`` reads them."""
-    return b"".join(w.encode() + b"\0" for w in words)
+    return b"".join(os.fsencode(w) + b"\0" for w in words)   # paths may hold non-UTF-8 bytes
 

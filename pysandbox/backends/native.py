@@ -35,7 +35,7 @@ from .native_errors import namespace_error, setup_error
 from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
 # The op array's names, re-exported: the tests and the module loader read them here.
 from .native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE,  # noqa: F401
-                         F_MODE, F_NO_AMBIENT, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV, MS_NOEXEC,
+                         F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV, MS_NOEXEC,
                          MS_NOSUID, OP, OP_KINDS, PROBE_IDMAP, PROC_RO, STAGE_CLONE, STAGE_EXEC, STAGE_FDS,
                          STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, _sub_list, pack, parent_mode)
 from .native_translate import translate

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from ..policy import CAPABILITIES
+from ..records import dataclass
 
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 

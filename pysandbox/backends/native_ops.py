@@ -12,10 +12,10 @@ name (and reason, if it has its own). Ops are position-independent records.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from .. import plan as P
 from ..errors import Reason
+from ..records import dataclass
 
 CLONE_FLAGS = {"user": 0x10000000, "mount": 0x00020000, "pid": 0x20000000, "net": 0x40000000,
                "ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000}
@@ -30,7 +30,7 @@ OP_KINDS = ("IDMAP", "PDEATHSIG", "SETUP_ROOT", "MKDIRS", "MKFILE", "BIND", "MOU
 OP = {name: i + 1 for i, name in enumerate(OP_KINDS)}
 STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE = 1, 2, 3, 4, 5, 6   # (7, 8: hops, never failures)
 F_RO, F_DEV, F_OPTIONAL, F_BIND, F_MODE, F_USERNS_FDS, F_IF_WRITABLE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40
-F_CURRENT_IDS, F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW = 0x80, 0x100, 0x200, 0x400
+F_CURRENT_IDS, F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW, F_NO_RAISE = 0x80, 0x100, 0x200, 0x400, 0x800
 PROBE_CLONE, PROBE_PROC, PROBE_LOOPBACK, PROBE_IDMAP = 0, 1, 2, 3
 
 DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),

@@ -10,15 +10,15 @@ facts come in as a :class:`~.native_host.HostView`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from .. import plan as P
 from ..errors import Reason, SetupError
 from ..policy import CAPABILITIES
+from ..records import replace
 from .native_host import HostView
 from .native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE,
-                         F_LIFELINE, F_MODE, F_NO_AMBIENT, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV,
+                         F_LIFELINE, F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV,
                          MS_NOEXEC, MS_NOSUID, PROC_RO, COp, _in, _sub_list, parent_mode)
 
 
@@ -30,7 +30,7 @@ def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
     Raises:
         SetupError: a plan op without an emitter (never for a compiled plan).
     """
-    host = HostView(**facts) if host is None else dataclasses.replace(host, **facts)
+    host = HostView(**facts) if host is None else replace(host, **facts)
     cx = _Context(plan, host)
     for i, op in enumerate(plan.ops):
         if cx.init_needed and not cx.init_done and isinstance(op, (P.Seccomp, P.NewSession, P.Chdir)):
@@ -301,7 +301,8 @@ def _caps(cx, op, i):
         mask |= 1 << CAPABILITIES.index(name)
     # After userns2 the uid may be unmapped there: exec decides what survives, as bwrap.
     no_ambient = F_NO_AMBIENT if cx.plan.first(P.EnterUserns2) is not None else 0
-    cx.add("CAPS", flags=no_ambient, n=mask, m=cx.host.last_cap, stage="capabilities", plan_index=i)
+    no_raise = 0 if op.ambient else F_NO_RAISE
+    cx.add("CAPS", flags=no_ambient | no_raise, n=mask, m=cx.host.last_cap, stage="capabilities", plan_index=i)
 
 
 def _nnp(cx, op, i):

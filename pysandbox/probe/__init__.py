@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
-import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 
-from ..backends.base import BackendStatus, CapabilityStatus
 from ..errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
+from ..records import dataclass, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # imported where used: pybwrap's parser reads probe.host, and needs no backend
+    from ..backends.base import BackendStatus
 
 ENV_BWRAP = "PYSANDBOX_BWRAP"
 ENV_ALLOW_SETUID = "PYSANDBOX_ALLOW_SETUID_BWRAP"
@@ -64,6 +65,7 @@ def run_probe(argv: list[str], *, pass_fds=(), env: dict | None = None,
     Raises:
         OSError: ``argv[0]`` cannot be executed.
     """
+    import subprocess   # here, as shutil: pybwrap's parser imports this package for probe.host
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, close_fds=True, pass_fds=tuple(pass_fds),
                             env=env if env is not None else _probe_env())
@@ -129,6 +131,7 @@ def find_bwrap(explicit: str | None = None, *, writable=(), search_path: str | N
     if named is not None:
         where = "the bwrap argument" if explicit is not None else f"${ENV_BWRAP}"
         if not os.path.isabs(named):
+            import shutil
             found = shutil.which(named, path=search_path if search_path is not None
                                  else os.environ.get("PATH", ""))
             if found is None:
@@ -304,6 +307,7 @@ def backend_down(name: str, reason: str, detail: str) -> BackendStatus:
     """The status of backend ``name`` when it cannot run here at all (not found, not
     importable, refused): every capability and network mode unavailable for ``reason``
     (a Reason value) with ``detail``, except ``proxy``, which is not built yet."""
+    from ..backends.base import BackendStatus, CapabilityStatus
     caps = [CapabilityStatus(c, False, reason, detail) for c in ("user", "mount", "pid", "proc", "net", "loopback")]
     network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow")}
     network["proxy"] = CapabilityStatus("proxy", False, Reason.NETWORK_MODE_UNSUPPORTED.value,

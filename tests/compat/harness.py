@@ -217,3 +217,14 @@ def compare(case, bwrap_rec: dict, ours: dict, base: str, tolerate) -> list:
 
 def cleanup(base: str) -> None:
     shutil.rmtree(base, ignore_errors=True)
+
+
+def require_tools() -> dict:
+    """Both tools, or need(): the native backend runs here and /usr/bin/bwrap exists."""
+    from tests.support import host_capability, need
+    why = host_capability("native")
+    if why is not None:
+        need("native", why)
+    if not os.access(BWRAP, os.X_OK):
+        need("bwrap", f"{BWRAP} is missing")
+    return {"bwrap": [BWRAP], "pybwrap": PYBWRAP}

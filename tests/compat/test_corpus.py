@@ -36,9 +36,8 @@ def tolerate(case, key: str, a, b) -> bool:
     """The documented differences (bwrap_compat/README.md, "Differences the corpus tolerates")."""
     root_no_userns = os.geteuid() == 0 and "--unshare-user" not in case.args and \
         "--unshare-user-try" not in case.args and "--unshare-all" not in case.args
-    if root_no_userns and (key in ("uid_map", "gid_map", "setgroups", "namespaces.user")
-                           or key.startswith("status.Cap")):
-        return True   # D1: root without --unshare-user runs in a 0->0 user namespace
+    if root_no_userns and key in ("uid_map", "gid_map", "setgroups", "namespaces.user", "status.CapBnd"):
+        return True   # D1: root without --unshare-user runs in a 0->0 user namespace (bounding: the kept set)
     if key in ("nested_userns", "max_user_namespaces") and root_no_userns:
         return True   # D1 again: nesting is decided by the 0->0 namespace
     if root_no_userns and key.endswith((".uid", ".gid")) and b == 65534:
@@ -50,8 +49,6 @@ def tolerate(case, key: str, a, b) -> bool:
     if key.startswith("tmp.") and not _tmpfs_on_tmp(case):
         return True   # the host's shared /tmp, listed live while other tests use it
     no_cap_edits = "--cap-add" not in case.args and "--cap-drop" not in case.args
-    if os.geteuid() == 0 and no_cap_edits and key in ("status.CapInh", "status.CapAmb"):
-        return True   # D3: root's kept capabilities are also inheritable and ambient on native
     if os.geteuid() == 0 and no_cap_edits and key == "status.CapBnd" and b == "0000000000000000":
         return True   # D3: root as another uid: bwrap leaves the bounding set, native clears it
     if re.match(r"^mount .*#\d+\.superopts$", key) and isinstance(a, str) and \

@@ -199,8 +199,9 @@ def test_signals_are_forwarded(backend, wd, sig):
 
 
 STUBBORN = r"""
-import signal, sys, time
-signal.signal(signal.SIGTERM, lambda n, f: print("ignored", n, flush=True))
+import os, signal, sys, time
+# os.write, not print: a print() in a handler re-enters a print() it interrupted.
+signal.signal(signal.SIGTERM, lambda n, f: os.write(1, b"ignored %d\n" % n))
 print("ready", flush=True)
 for _ in range(6000):
     time.sleep(0.1)
@@ -209,7 +210,7 @@ for _ in range(6000):
 
 def test_timeout_sigterm_then_sigkill(backend, wd):
     token = f"psb-stubborn-{uuid.uuid4().hex}"
-    done = cli(backend, "--timeout", "2", "--", sys.executable, "-c", STUBBORN, token, cwd=wd)
+    done = cli(backend, "--timeout", "6", "--", sys.executable, "-c", STUBBORN, token, cwd=wd)
     assert done.stdout.split("\n")[:2] == ["ready", "ignored 15"], (done.stdout, done.stderr)
     assert done.returncode == 128 + signal.SIGKILL
     assert wait_until(lambda: not _processes_with(token), 30)

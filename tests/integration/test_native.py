@@ -438,9 +438,15 @@ def test_as_pid_1_and_no_pid_namespace(init_mode, tmp_path):
 
 
 def test_command_starts_with_default_signal_state(init_mode):
-    """Python ignores SIGPIPE and has handlers installed; the command must start with
-    nothing blocked and nothing ignored (control: this process does ignore SIGPIPE)."""
+    """Python ignores SIGPIPE and SIGXFSZ and has handlers installed; the command must
+    start with nothing blocked, no handler, and SIGPIPE/SIGXFSZ back to default
+    (control: this process does ignore SIGPIPE). What this process inherited as
+    ignored (a test run under nohup: SIGHUP) stays ignored, as with subprocess."""
     assert signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN
+    with open("/proc/self/status") as f:
+        ours = int(status_fields(f.read())["SigIgn"], 16)
+    python_own = (1 << (signal.SIGPIPE - 1)) | (1 << (signal.SIGXFSZ - 1))
+    assert ours & python_own
     done = run(["cat", "/proc/self/status"])
     st = status_fields(done.stdout)
-    assert int(st["SigBlk"], 16) == 0 and int(st["SigIgn"], 16) == 0, st
+    assert int(st["SigBlk"], 16) == 0 and int(st["SigIgn"], 16) == ours & ~python_own, st

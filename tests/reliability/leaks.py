@@ -1,9 +1,12 @@
 """What a launch could leave behind in the launching process and on the host.
 
 ``snapshot()`` records this process's descriptors, the host mount table (this
-process's /proc/self/mountinfo), this process's children, the temporary directory
-(``tempfile.gettempdir()``: point TMPDIR at a private directory so other users of
-/tmp do not count) and /dev/shm entries of ours. ``unchanged()`` asserts nothing was
+process's /proc/self/mountinfo) at the mount points a launch could leak onto
+(``hostcheck.relevant``: other programs' mounts elsewhere are not ours), this
+process's children, the temporary directory (``tempfile.gettempdir()``: point TMPDIR
+at a private directory so other users of /tmp do not count) and the /dev/shm entries
+named by ``SHM_MARKERS`` (what a sandbox's commands or our library name there; a
+busy machine's other programs of the same user make the rest). ``unchanged()`` asserts nothing was
 added. ``survivors(marker)`` lists host processes whose command line holds ``marker``.
 """
 
@@ -16,6 +19,12 @@ import time
 from dataclasses import dataclass
 
 from tests.support import processes_with
+from tests.support.hostcheck import relevant
+
+# /dev/shm names that count: the library's prefixes, and the marker tests' commands
+# write under (tests/reliability/test_soak.py writes /dev/shm/<SHM_TAG>-N inside).
+SHM_TAG = "psb-shm"
+SHM_MARKERS = ("psb", "pysandbox", SHM_TAG)
 
 
 @dataclass(frozen=True)
@@ -38,8 +47,11 @@ def open_fds() -> frozenset:
 
 
 def mounts() -> frozenset:
+    """Mount table lines whose mount point a launch could have used (see module doc)."""
+    watched = {tempfile.gettempdir()}
     with open("/proc/self/mountinfo") as f:
-        return frozenset(f.read().splitlines())
+        lines = f.read().splitlines()
+    return frozenset(line for line in lines if relevant(line.split(" ")[4], watched))
 
 
 def children(pid: int | None = None) -> frozenset:
@@ -81,8 +93,8 @@ def snapshot() -> Snapshot:
     # The shared /tmp changes under other users' feet: only a private TMPDIR is compared
     # (tests/reliability/conftest.py gives every reliability test one).
     listing = _listing(tmp) if tmp.rstrip("/") != "/tmp" else _listing(tmp, mine_only=True)
-    return Snapshot(fds=open_fds(), mounts=mounts(), children=children(),
-                    tmp=listing, shm=_listing("/dev/shm", mine_only=True))
+    shm = frozenset(n for n in _listing("/dev/shm", mine_only=True) if n.startswith(SHM_MARKERS))
+    return Snapshot(fds=open_fds(), mounts=mounts(), children=children(), tmp=listing, shm=shm)
 
 
 def diff(before: Snapshot, after: Snapshot) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -40,7 +41,10 @@ MARKER = f"psb-soak-{uuid.uuid4().hex}"   # $0 of every soak command: survivors 
 
 
 def _argv(i: int) -> list[str]:
-    return ["/bin/sh", "-c", f"exit {_expected(i)}", MARKER]
+    # Each command also leaves a file in its /dev/shm: the sandbox's own, so the host's
+    # /dev/shm must not gain it (leaks.SHM_MARKERS counts names under leaks.SHM_TAG).
+    shm = f"/dev/shm/{leaks.SHM_TAG}-{MARKER}-{i}"
+    return ["/bin/sh", "-c", f": > {shm} || exit 99; exit {_expected(i)}", MARKER]
 
 
 def test_sequential(backend, private_tmp):
@@ -71,10 +75,18 @@ def test_sequential(backend, private_tmp):
 SIGNAL_STATUS = {"native": lambda sig: -sig, "bwrap": lambda sig: -sig}
 
 
+# The command restores the default action first: a signal the test runner inherited as
+# ignored (nohup's SIGHUP, a background job's SIGINT) stays ignored in the sandbox, as
+# with subprocess, and a shell could not undo that (POSIX: ignored on entry stays).
+DIE_BY = ("import os, signal, sys; s = int(sys.argv[1])\n"
+          "if s != signal.SIGKILL: signal.signal(s, signal.SIG_DFL)\n"
+          "os.kill(os.getpid(), s)")
+
+
 @pytest.mark.parametrize("sig", [1, 2, 9, 15])
 def test_signal_death_returncode(backend, sig):
     policy = pysandbox.Policy.default(network="deny")
-    done = pysandbox.run(["/bin/sh", "-c", f"kill -{sig} $$", MARKER], policy=policy, backend=backend)
+    done = pysandbox.run([sys.executable, "-I", "-c", DIE_BY, str(sig), MARKER], policy=policy, backend=backend)
     assert done.returncode == SIGNAL_STATUS[backend](sig)
 
 

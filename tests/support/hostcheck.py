@@ -8,7 +8,9 @@ Usable from any test directory::
     hostcheck.assert_unchanged(before)           # AssertionError listing the changes
 
 A snapshot holds the host mount table (mount point, fs type, source, root, options),
-the listing (names, types, modes, owners) of every host directory a policy touched: the
+restricted to the mount points a sandbox setup could leak a mount onto (``relevant``: the
+setup's base directories, the policy's directories, the private temporary directory;
+mounts made elsewhere by other programs of a busy machine are not this test's), the listing (names, types, modes, owners) of every host directory a policy touched: the
 directory behind each destination, its parent, and the parents of bind sources, and
 of the temporary directory. Only the caller's own view is read: no privileges.
 """
@@ -27,6 +29,22 @@ from pysandbox.policy import Bind, Policy, fs_dest
 _TYPES = {stat.S_IFDIR: "d", stat.S_IFREG: "f", stat.S_IFLNK: "l"}
 
 
+# Where a setup mounts on its own mount namespace's copy of the host tree: the base a
+# setup tmpfs goes on (pysandbox/backends/native_host.setup_base, bwrap's /tmp), the
+# kernel filesystems a sandbox remounts. A propagation leak would show there exactly.
+SETUP_POINTS = frozenset({"/", "/tmp", "/run", "/mnt", "/var/tmp", "/proc", "/dev", "/sys", "/newroot", "/oldroot"})
+
+
+def relevant(mount_point: str, watched) -> bool:
+    """Could a sandbox launch have put a mount at ``mount_point``? Yes at a setup point,
+    and at or below a watched directory (the policy's, the private TMPDIR) other than
+    a setup point (below /tmp or / lie other programs' mounts, not ours)."""
+    if mount_point in SETUP_POINTS:
+        return True
+    return any(mount_point == d or mount_point.startswith(d.rstrip("/") + "/")
+               for d in watched if d not in SETUP_POINTS)
+
+
 @dataclass(frozen=True)
 class HostState:
     mounts: tuple
@@ -42,7 +60,9 @@ class HostState:
 
     def delta(self, after: "HostState"):
         """``(mounts gone, mounts added, {dir: (entries added, entries removed)})``."""
-        before_c, after_c = Counter(self.mounts), Counter(after.mounts)   # stacked mounts count
+        watched = set(self.listings) | set(after.listings)
+        before_c = Counter(m for m in self.mounts if relevant(m[0], watched))   # stacked mounts count
+        after_c = Counter(m for m in after.mounts if relevant(m[0], watched))
         gone = sorted((before_c - after_c).elements())
         new = sorted((after_c - before_c).elements())
         dirs = {}

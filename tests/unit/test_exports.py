@@ -25,7 +25,7 @@ def test_exported_members_resolve_and_come_from_pysandbox_or_subprocess():
 
 
 def test_design_api_names():
-    for name in ("Policy", "run", "Popen", "status", "SandboxError", "PolicyError", "Reason",
+    for name in ("Policy", "run", "Popen", "call", "check_call", "check_output", "status", "SandboxError", "PolicyError", "Reason",
                  "CompletedProcess", "CalledProcessError", "TimeoutExpired", "PIPE", "DEVNULL"):
         assert name in pysandbox.__all__
     assert callable(pysandbox.status)

@@ -36,11 +36,12 @@ LONG_PATH = "/" + "/".join(["d" * 200] * 21)          # > PATH_MAX (4096)
 weird_names = st.sampled_from([
     "with space", "new\nline", "tab\there", "ünïcødé", "日本語", "emoji-🙂", "-dash", "--opt",
     "quote'\"", "back\\slash", "$HOME", "*glob?", "semi;colon", "percent%s", "a" * 255,
+    "non-utf8-\udcff\udcfe",   # os.fsdecode(b"non-utf8-\xff\xfe"): bytes that are not UTF-8
 ])
 weird_abs_paths = st.lists(weird_names, min_size=1, max_size=4).map(lambda p: "/" + "/".join(p))
 bad_paths = st.sampled_from([
     "", "relative", "./rel", "../up", "/a/../b", "/a/..", "/nul\x00byte", LONG_PATH,
-    "/" + LONG_COMPONENT, "/bad\udcffsurrogate", b"/bytes\xff\xfe", "~", " /leading-space",
+    "/" + LONG_COMPONENT, "/lone\ud800surrogate", b"bytes\xff\xfe", "~", " /leading-space",
 ])
 anything = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
@@ -137,7 +138,7 @@ def test_policy_default_only_raises_policy_error(workdir, network, ro, rw, hide,
 
 
 @pytest.mark.parametrize("bad", ["relative", "/a/../b", "/nul\x00", LONG_PATH, "/" + LONG_COMPONENT,
-                                 b"/x\xff", "", 7, None])
+                                 "/lone\ud800", b"x\xff", "", 7, None])
 def test_bad_paths_are_invalid_path(bad):
     for make in (lambda p: P.Bind(p, "/x"), lambda p: P.Bind("/", p), lambda p: P.Tmpfs(p),
                  lambda p: P.Hide(p), lambda p: P.Policy(chdir=p)):
@@ -148,10 +149,19 @@ def test_bad_paths_are_invalid_path(bad):
         assert info.value.reason == Reason.INVALID_PATH
 
 
-@pytest.mark.parametrize("good", ["/with space", "/new\nline", "/ünï/日本", "/a/./b//c", "/" + "a" * 255])
+@pytest.mark.parametrize("good", ["/with space", "/new\nline", "/ünï/日本", "/a/./b//c", "/" + "a" * 255,
+                                  "/non-utf8-\udcff\udcfe/x"])
 def test_weird_but_valid_paths_normalise(good):
     op = P.Tmpfs(good)
     assert op.dest == "/" + "/".join(p for p in good.split("/") if p not in ("", "."))
+    assert P.Tmpfs(os.fsencode(good)).dest == op.dest   # the same path given as bytes
+
+
+def test_non_utf8_component_length_counts_bytes():
+    assert P.Tmpfs("/" + "\udcff" * 255).dest == "/" + "\udcff" * 255
+    with pytest.raises(PolicyError) as info:
+        P.Tmpfs("/" + "é" * 128)   # 256 bytes in UTF-8
+    assert info.value.reason == Reason.INVALID_PATH
 
 
 # ---------------------------------------------------------------- the command line
@@ -338,7 +348,7 @@ def test_pybwrap_cli_never_tracebacks(monkeypatch, argv):
     import bwrap_compat.cli as bcli
     import bwrap_compat.launch as blaunch
 
-    def recording_run(args, backend="native"):
+    def recording_run(args, backend="native", parent_pid=None):
         policy, _compat = bwrap_compat_to_policy(args)
         raise Launched(list(args.command) if hasattr(args, "command") else [], policy)
 

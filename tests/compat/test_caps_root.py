@@ -1,0 +1,81 @@
+"""Root's capabilities without --cap-add/--cap-drop, /usr/bin/bwrap and pybwrap side by
+side: bwrap keeps the caller's permitted and effective sets and raises nothing into
+the inheritable or ambient sets, with or without --unshare-user; ``capsh --print``
+inside equals the host's except ``no-new-privs=1``. The live control: with a
+``--cap-drop`` both do raise the kept set into inheritable and ambient, so the
+comparison can tell the two apart. Root-only by nature (a non-root caller starts from
+no capabilities; its rules are in tests/unit/test_caps_raised.py and the corpus)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from tests.compat.harness import require_tools
+from tests.support import need, not_applicable
+
+ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}
+CAP_KEYS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
+
+
+@pytest.fixture
+def root_tools():
+    if os.geteuid() != 0:
+        not_applicable("root-only: bwrap's capability rules for uid 0")
+    return require_tools()
+
+
+def _caps(tool, args) -> dict:
+    out = subprocess.run(tool + ["--ro-bind", "/", "/"] + args + ["cat", "/proc/self/status"],
+                         capture_output=True, text=True, timeout=60, env=ENV)
+    assert out.returncode == 0, out.stderr
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in out.stdout.splitlines())
+            if k in CAP_KEYS}
+
+
+def _host_caps() -> dict:
+    with open("/proc/self/status") as f:
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in f) if k in CAP_KEYS}
+
+
+@pytest.mark.parametrize("args", [[], ["--unshare-pid"], ["--unshare-pid", "--unshare-ipc", "--unshare-uts"],
+                                  ["--unshare-user"], ["--unshare-user", "--unshare-pid"]],
+                         ids=["plain", "pid", "pid-ipc-uts", "userns", "userns-pid"])
+def test_root_without_cap_edits_keeps_its_sets(root_tools, args):
+    theirs, ours = _caps(root_tools["bwrap"], args), _caps(root_tools["pybwrap"], args)
+    assert ours == theirs
+    host = _host_caps()
+    assert ours["CapInh"] == host["CapInh"] and ours["CapAmb"] == host["CapAmb"]
+    assert ours["CapEff"] == host["CapEff"] != "0000000000000000"
+
+
+@pytest.mark.parametrize("args", [["--cap-drop", "CAP_NET_RAW"], ["--unshare-user", "--cap-drop", "CAP_NET_RAW"]],
+                         ids=["plain", "userns"])
+def test_root_with_a_cap_edit_raises_the_kept_set(root_tools, args):
+    """The live control: an edit makes bwrap capset the requested set into inheritable and
+    ambient too; pybwrap the same (the bounding set: D1 without --unshare-user)."""
+    theirs, ours = _caps(root_tools["bwrap"], args), _caps(root_tools["pybwrap"], args)
+    assert theirs["CapInh"] == theirs["CapEff"] == theirs["CapAmb"] != "0000000000000000"
+    keys = CAP_KEYS if "--unshare-user" in args else ("CapInh", "CapPrm", "CapEff", "CapAmb")
+    assert {k: ours[k] for k in keys} == {k: theirs[k] for k in keys}
+
+
+def _capsh(tool) -> list[str]:
+    out = subprocess.run(tool + ["--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "capsh", "--print"],
+                         capture_output=True, text=True, timeout=60, env=ENV)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
+def test_capsh_print_inside_equals_the_hosts_but_no_new_privs(root_tools):
+    capsh = shutil.which("capsh", path=ENV["PATH"])
+    if capsh is None:
+        need("capsh", "capsh is missing (Debian: libcap2-bin)")
+    host = subprocess.run([capsh, "--print"], capture_output=True, text=True, timeout=60, env=ENV).stdout.splitlines()
+    assert any("no-new-privs=0" in line for line in host)
+    expected = [line.replace("no-new-privs=0", "no-new-privs=1") for line in host]
+    assert _capsh(root_tools["bwrap"]) == expected
+    assert _capsh(root_tools["pybwrap"]) == expected

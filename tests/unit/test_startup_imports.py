@@ -1,0 +1,81 @@
+"""Start-up (issue 15): ``import pysandbox`` imports none of its submodules, and the
+``--help`` and ``--version`` paths of both command lines import no backend and no cffi
+module. Each case runs in a fresh interpreter and reports its ``sys.modules``; the
+control runs the same harness on an import that does reach the backends.
+No timing here: the figures are benchmarks/run.py's ``startup`` section."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# Runs CODE's main(ARGV) with stdout/stderr captured, then prints the loaded modules.
+HARNESS = """
+import contextlib, io, json, sys
+out = io.StringIO()
+code = None
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    try:
+        code = {call}
+    except SystemExit as exc:
+        code = exc.code
+sys.__stdout__.write(json.dumps({{"code": code, "out": out.getvalue(), "modules": sorted(sys.modules)}}))
+"""
+
+
+def loaded(call: str, setup: str = "") -> dict:
+    done = subprocess.run([sys.executable, "-c", setup + HARNESS.format(call=call)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def backends(modules) -> list[str]:
+    return [m for m in modules if m.startswith("pysandbox.backends") or m == "pysandbox._native"
+            or m.startswith("_cffi_backend") or m == "cffi" or m.startswith("cffi.")]
+
+
+CLI_CASES = [
+    ("pysandbox.cli", ["--help"], "usage: pysandbox"),
+    ("pysandbox.cli", ["--version"], "pysandbox "),
+    ("pysandbox.cli", ["run", "--help"], "usage: pysandbox run"),
+    ("pysandbox.cli", ["status", "--help"], "usage: pysandbox status"),
+    ("bwrap_compat.cli", ["--help"], "--ro-bind SRC DEST"),
+    ("bwrap_compat.cli", ["--version"], "bubblewrap "),
+    # --help after other options goes through bwrap's parser (which stops at it)
+    ("bwrap_compat.cli", ["--unshare-net", "--ro-bind", "/", "/", "--help"], "--ro-bind SRC DEST"),
+]
+
+
+@pytest.mark.parametrize("module,argv,expect", CLI_CASES, ids=[" ".join([m.split(".")[0], *a]) for m, a, _ in CLI_CASES])
+def test_help_and_version_import_no_backend(module, argv, expect):
+    got = loaded(f"main({argv!r})", setup=f"from {module} import main\n")
+    assert got["code"] in (0, None), got["out"]
+    assert expect in got["out"]
+    assert backends(got["modules"]) == []
+
+
+def test_import_pysandbox_imports_no_submodule():
+    got = loaded("None", setup="import pysandbox\n")
+    assert [m for m in got["modules"] if m.startswith("pysandbox")] == ["pysandbox"]
+
+
+def test_control_the_harness_sees_backends_when_imported():
+    got = loaded("None", setup="import pysandbox.process\n")
+    assert "pysandbox.backends" in backends(got["modules"])
+
+
+def test_public_names_resolve_lazily_in_a_fresh_interpreter():
+    code = ("import pysandbox, pysandbox.status, types\n"
+            "assert callable(pysandbox.status), pysandbox.status   # the function, not the submodule\n"
+            "from pysandbox import *\n"
+            "assert all(not isinstance(getattr(pysandbox, n), types.ModuleType) for n in pysandbox.__all__)\n"
+            "from pysandbox.status import Status\n"
+            "assert pysandbox.plan.Plan and pysandbox.errors.PolicyError   # submodules as attributes, as before\n"
+            "assert callable(pysandbox.status) and pysandbox.status.__module__ == 'pysandbox.status'\n"
+            "try:\n    pysandbox.no_such_name\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
