@@ -37,6 +37,7 @@ int psb_probe(unsigned long clone_flags, int what);
 int psb_mount_setattr_works(void);
 int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
+int psb_landlock_abi(void);
 size_t psb_bwrap_init_blob(const unsigned char **data);
 size_t psb_session_blob(const unsigned char **data);
 """
@@ -132,7 +133,7 @@ size_t psb_session_blob(const unsigned char **data)
 """
 
 # The executor's C files (psb_internal.h declares what they share).
-SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_child", "psb_spawn", "psb_probe")
+SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_landlock", "psb_child", "psb_spawn", "psb_probe")
 
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)

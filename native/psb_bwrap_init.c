@@ -15,6 +15,11 @@
  *   -s FD         install the classic BPF program read from FD (in the command only)
  *   -c MASK       the capabilities the command keeps (hex); all others are dropped
  *                 from every set and the bounding set (needs CAP_SETPCAP)
+ *   -L            put the command in a Landlock domain of its own before its exec
+ *                 (native/psb_landlock.h says why) and make this init dumpable, so
+ *                 its owner can read /proc/PID/environ and open /proc/PID/ns/ (what
+ *                 flatpak enter does with bwrap's child-pid) while nothing in the
+ *                 sandbox can reach it, whatever capabilities the command keeps
  *   -x            exec mode: no fork; after the setup, write STARTED and exec the
  *                 command in this process (as_pid_1, or no pid namespace); an exec
  *                 failure is FAILED after STARTED and exit 126
@@ -33,6 +38,7 @@
 
 #if defined(__x86_64__)
 #include "psb_pid1.h"
+#include "psb_landlock.h"
 PSB_START(psb_binit_main);
 
 #define NR_READ 0
@@ -108,6 +114,7 @@ PSB_START(psb_binit_main);
 #define F_EXEC 7
 #define F_FORK 8
 #define F_LIFELINE 9
+#define F_LANDLOCK 10
 
 struct kstat {   /* x86_64 struct stat */
     unsigned long st_dev, st_ino, st_nlink;
@@ -134,7 +141,7 @@ static int streq(const char *a, const char *b)
     return *a == *b;
 }
 
-static long parse(const char *s, int base)
+static long parse_num(const char *s, int base)
 {
     unsigned long v = 0;
     if (s == 0 || *s == 0)
@@ -175,8 +182,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
     if (argc < 3)
         quit(127);
-    status_fd = parse(argv[1], 10);
-    long self_fd = parse(argv[2], 10);
+    status_fd = parse_num(argv[1], 10);
+    long self_fd = parse_num(argv[2], 10);
     if (status_fd < 3)
         quit(127);
     sys6(NR_FCNTL, status_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
@@ -197,7 +204,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long i = 3;
     int nfilters = 0;
     long capmask = -1;
-    int exec_mode = 0;
+    int exec_mode = 0, landlock = 0;
     for (; i < argc && !streq(argv[i], "--"); i++) {
         const char *o = argv[i];
         if (streq(o, "-N")) {
@@ -229,7 +236,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(F_MOUNT_READONLY, i);
         } else if (streq(o, "-b") && i + 3 < argc) {
             const char *p = argv[i + 1];
-            long dev = parse(argv[i + 2], 10), ino = parse(argv[i + 3], 10);
+            long dev = parse_num(argv[i + 2], 10), ino = parse_num(argv[i + 3], 10);
             struct kstat st;
             long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
             /* EACCES: a parent bwrap made (0700, owned by the setup's uid) keeps this uid
@@ -241,7 +248,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         } else if (streq(o, "-s") && i + 1 < argc) {
             if (nfilters >= MAX_FILTERS)
                 fail(F_SECCOMP, i);
-            long fd = parse(argv[++i], 10);
+            long fd = parse_num(argv[++i], 10);
             long got = 0, r;
             while (got <= FILTER_BYTES &&
                    (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
@@ -252,8 +259,10 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             filter_len[nfilters++] = (unsigned short)(got / 8);
         } else if (streq(o, "-x")) {
             exec_mode = 1;
+        } else if (streq(o, "-L")) {
+            landlock = 1;
         } else if (streq(o, "-c") && i + 1 < argc) {
-            capmask = parse(argv[++i], 16);
+            capmask = parse_num(argv[++i], 16);
             if (capmask < 0)
                 fail(F_USAGE, i);
         } else {
@@ -325,6 +334,11 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
         sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
         long err = 0;
+        if (landlock) {
+            long e = psb_landlock_self();
+            if (e < 0)
+                err = (F_LANDLOCK << 16) | (-e & 0xffff);
+        }
         for (int k = 0; k < nfilters && err == 0; k++) {
             struct sock_fprog prog = { filter_len[k], filters[k] };
             long e = sys6(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog, 0, 0, 0);
@@ -341,6 +355,10 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
     }
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
+    /* The command's process runs only our code until its exec, after its Landlock
+     * domain: from then on nothing of the sandbox can reach us. */
+    if (landlock)
+        sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     unsigned int err = 0;
     long got = 0;
     while ((r = sys6(NR_READ, epipe[0], (long)&err, sizeof err, 0, 0, 0)) == -4 /* EINTR */)

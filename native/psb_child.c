@@ -115,10 +115,21 @@ static void psb_exec_init(struct psb_child *c, int i)
     if (cmd < 0)
         return;
     close(go[0]);
+    /* Dumpable only when the command enters a Landlock domain before its exec (an op
+     * after ours): then nothing it starts can reach us (native/psb_landlock.h), and our
+     * owner can read /proc/PID/environ (the command's environment, passed here for
+     * that) and /proc/PID/ns/ as with bwrap's pid 1. Until that exec the command's
+     * process runs only our code: no window. */
+    int dumpable = 0;
+    for (int k = i + 1; k < c->plan->nops; k++) {
+        if (c->plan->ops[k].kind == PSB_OP_LANDLOCK)
+            dumpable = 1;
+    }
     if (c->status_fd < 0 || fcntl(c->status_fd, F_SETFD, 0) == 0) {
         char pidbuf[16], fdbuf[16], sigbuf[24];
-        char *argv[] = { "psb-init", pidbuf, fdbuf, sigbuf, NULL };
-        char *envp[] = { NULL };
+        char *argv[] = { "psb-init", pidbuf, fdbuf, sigbuf, dumpable ? "1" : "0", NULL };
+        char *none[] = { NULL };
+        char **envp = dumpable ? c->envp : none;
         char *p = pidbuf + sizeof pidbuf;
         unsigned int v = (unsigned int)cmd;
         *--p = '\0';
@@ -329,6 +340,9 @@ static void psb_child_main(struct psb_child *c, int start)
                 psb_wait_release(c, i + 1);
             break;
         }
+        case PSB_OP_LANDLOCK:
+            r = psb_op_landlock();
+            break;
         case PSB_OP_CHECK_PATH: {
             int fd = psb_open_in(c, P(c, op->a), O_PATH, 0, 1);
             r = fd < 0 ? -1 : close(fd);

@@ -5,7 +5,10 @@
  *
  * Runs as pid 1 of the sandbox's pid namespace, no capabilities, every signal
  * blocked (inherited across exec): argv = {"psb-init", <command pid>, <status fd>,
- * <forwarded signal mask>} (bit N-1: signal N; the set is chosen in Python).
+ * <forwarded signal mask>, <dumpable>} (bit N-1: signal N; the set is chosen in
+ * Python; dumpable "1" only when the command is in a Landlock domain that cannot
+ * reach us, native/psb_landlock.h: then our owner may read /proc/PID/environ and
+ * open /proc/PID/ns/, as with bwrap's pid 1).
 psb_pid1_loop (native/psb_pid1.h) reaps, forwards the signals of the mask to the
  * command, writes its raw wait status to the status fd and exits with its code
  * (128+N for a signal). argv[1] == "probe": exit 0 at once. */
@@ -36,7 +39,7 @@ void __attribute__((noreturn, used)) psb_init_main(long *sp)
     long fwd = parse(argv[3]);
     if (cmd <= 0 || status_fd < 0 || fwd < 0)
         quit(127);
-    sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
+    sys6(NR_PRCTL, PR_SET_DUMPABLE, argc >= 5 && argv[4][0] == '1' && argv[4][1] == 0, 0, 0, 0, 0);
     if (status_fd > 0)
         sys6(NR_CLOSE_RANGE, 0, status_fd - 1, 0, 0, 0, 0);
     sys6(NR_CLOSE_RANGE, status_fd + 1, ~0U, 0, 0, 0, 0);

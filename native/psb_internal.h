@@ -162,6 +162,8 @@ int psb_op_wait_fd(struct psb_child *c, const struct psb_op *op, int i);
 void psb_wait_release(struct psb_child *c, int i);
 int psb_op_disable_userns(struct psb_child *c, const struct psb_op *op);
 int psb_op_caps(const struct psb_op *op);
+int psb_op_landlock(void);
+int psb_landlock_abi(void);
 int psb_op_bind(struct psb_child *c, const struct psb_op *op);
 int psb_op_mount(struct psb_child *c, const struct psb_op *op);
 int psb_op_setattr(struct psb_child *c, const struct psb_op *op);

@@ -22,6 +22,7 @@
 #define PSB_PID1_NR_KILL SYS_kill
 #define PSB_PID1_NR_RT_SIGTIMEDWAIT SYS_rt_sigtimedwait
 #define PSB_PID1_NR_EXIT_GROUP SYS_exit_group
+#define PSB_PID1_NR_PTRACE SYS_ptrace
 #else
 #include "psb_freestanding.h"
 #define PSB_PID1_SYS(n, a, b, c, d) sys6((n), (a), (b), (c), (d), 0, 0)
@@ -30,7 +31,9 @@
 #define PSB_PID1_NR_KILL 62
 #define PSB_PID1_NR_RT_SIGTIMEDWAIT 128
 #define PSB_PID1_NR_EXIT_GROUP 231
+#define PSB_PID1_NR_PTRACE 101
 #endif
+#define PSB_PID1_PTRACE_DETACH 17
 #define PSB_PID1_SIGCHLD 17
 #define PSB_PID1_WNOHANG 1
 
@@ -45,6 +48,13 @@ static void __attribute__((noreturn)) psb_pid1_loop(long cmd, long status_fd, un
             long p = PSB_PID1_SYS(PSB_PID1_NR_WAIT4, -1, (long)&st, PSB_PID1_WNOHANG, 0);
             if (p <= 0)
                 break;
+            if ((st & 0xff) == 0x7f) {
+                /* A ptrace stop, not an exit: a child made us its tracer
+                 * (PTRACE_TRACEME needs no permission from its parent). Never report
+                 * it as the command's status: let the child go on, with its signal. */
+                PSB_PID1_SYS(PSB_PID1_NR_PTRACE, PSB_PID1_PTRACE_DETACH, p, 0, (st >> 8) & 0xff);
+                continue;
+            }
             if (p == cmd) {
                 if (status_fd >= 0)
                     PSB_PID1_SYS(PSB_PID1_NR_WRITE, status_fd, (long)&st, sizeof st, 0);

@@ -27,7 +27,7 @@ MAX_PAYLOAD = 8 << 20
 MAX_TARGET_FD = 899   # the server moves received descriptors to 900 and up first
 
 # FAILED's step word
-STEP_CHDIR, STEP_EXEC, STEP_FORK, STEP_FDS = 1, 2, 3, 4
+STEP_CHDIR, STEP_EXEC, STEP_FORK, STEP_FDS, STEP_LANDLOCK = 1, 2, 3, 4, 5
 # ERROR's code word
 SERVER_ERRORS = {1: "a malformed frame", 2: "it is not the pid 1 of its pid namespace",
                  3: "no /proc/1/task/1/children in the sandbox (a procfs at /proc, with "
@@ -88,5 +88,6 @@ def failure(ev: Event, argv0: str, cwd: str) -> OSError:
         return OSError(err, os.strerror(err), cwd)
     if ev.b == STEP_EXEC:
         return OSError(err, os.strerror(err), argv0)
-    what = {STEP_FORK: "starting the command", STEP_FDS: "placing its descriptors"}.get(ev.b, f"step {ev.b}")
+    what = {STEP_FORK: "starting the command", STEP_FDS: "placing its descriptors",
+            STEP_LANDLOCK: "entering the command's Landlock domain"}.get(ev.b, f"step {ev.b}")
     return OSError(err, f"the session server failed {what}: {os.strerror(err)}")

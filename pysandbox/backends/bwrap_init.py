@@ -99,6 +99,8 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
             Reason.BWRAP_INIT_UNAVAILABLE)
     opts = ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
+    if init_fd is not None and init_mode(plan) != "exec" and _landlock():
+        opts.append("-L")   # the command in a Landlock domain, the init dumpable (its owner reads it)
     for path in proc_readonly_paths(plan):
         opts += ["-r", path]
     for dest, dev, ino in binds:
@@ -116,6 +118,14 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
     if init_fd is None:
         return [sys.executable, "-I", "-S", "-c", SOURCE, str(status_w), "-1", *tail]
     return [f"{join_path(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *tail]
+
+
+def _landlock() -> bool:
+    from ._native_lib import has_landlock   # the C init comes with the native module
+    try:
+        return has_landlock()
+    except BackendUnavailable:
+        return False
 
 
 def searchable_parents(dest: str, ops) -> bool:
@@ -176,7 +186,7 @@ def init_memfd() -> int:
 INIT_STARTED = 0x50534201
 INIT_FAILED = 0x50534202
 INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
-                 5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline"}
+                 5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline", 10: "landlock"}
 
 
 def read_words(fd: int, count: int, timeout: float) -> list[int]:
@@ -209,6 +219,6 @@ def init_failure(what: int, detail: int, exe: str) -> Exception:
                           "or another mount was swapped in before bwrap bound it); the command "
                           "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=errno.ELOOP)
     return SetupError(f"the bwrap backend's init failed at its {stage} step "
-                      f"({os.strerror(detail) if what in (2, 5, 6, 8) and detail else detail}); "
+                      f"({os.strerror(detail) if what in (2, 5, 6, 8, 10) and detail else detail}); "
                       f"the command did not run", Reason.SETUP_FAILED, stage="init",
-                      errno=detail if what in (2, 5, 6, 8) else None)
+                      errno=detail if what in (2, 5, 6, 8, 10) else None)

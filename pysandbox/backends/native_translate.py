@@ -40,6 +40,7 @@ def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
                 cx.add("SETSID", stage="new_session", plan_index=plan.ops.index(cx.new_session))
             cx.add("INIT", stage="init", plan_index=i)
             cx.init_done = True
+            _landlock(cx, i)
         emit = _EMIT.get(type(op))
         if emit is None:  # pragma: no cover - plan.compile only emits the ops in _EMIT
             raise SetupError(f"the native backend has no op for {op!r}", Reason.SETUP_FAILED, stage="translate")
@@ -316,6 +317,16 @@ def _seccomp(cx, op, i):
 def _new_session(cx, op, i):
     if not cx.init_needed:   # else done in the init (translate)
         cx.add("SETSID", stage="new_session", plan_index=i)
+
+
+def _landlock(cx, i):
+    """Right after INIT, in the command's process: a Landlock domain of its own, so that
+    nothing the command starts can ptrace or read the init, which is then made dumpable
+    for its owner (native/psb_landlock.h). Only with no_new_privs already set (the
+    kernel's condition) and where the host has Landlock; else the init stays
+    undumpable, as before."""
+    if cx.host.landlock and any(o.kind == "NNP" for o in cx.ops):
+        cx.add("LANDLOCK", stage="landlock", plan_index=i)
 
 
 def _wait_fd(cx, op, i):

@@ -212,6 +212,20 @@ def test_setsid_in_the_init_only_with_an_init():
     assert "SETSID" not in k
 
 
+def test_landlock_right_after_the_init_only_with_landlock_and_an_init():
+    """The command's Landlock domain (native/psb_landlock.h) comes right after INIT, in
+    the command's process, after NNP (the kernel's condition); the C side makes the
+    init dumpable only when it sees it. No Landlock on the host, or no init of ours
+    (as_pid_1, no pid namespace): no LANDLOCK op, the init as before."""
+    k = kinds(N.translate(_plan(), landlock=True))
+    assert k.index("NNP") < k.index("INIT") and k.index("LANDLOCK") == k.index("INIT") + 1
+    assert k.index("LANDLOCK") < k.index("SECCOMP")
+    assert "LANDLOCK" not in kinds(N.translate(_plan()))          # the host lacks it
+    assert "LANDLOCK" not in kinds(N.translate(_plan(as_pid_1=True), landlock=True))
+    no_pid = PP.Policy.default().replace(namespaces=frozenset({"user", "ipc", "uts"}))
+    assert "LANDLOCK" not in kinds(N.translate(P.compile(no_pid, outer_ids=(1000, 1000)), landlock=True))
+
+
 def test_userns_block_fd_waits_instead_of_writing_maps():
     ops = N.translate(_plan(userns_block_fd=7), base="/tmp", last_cap=40)
     k = kinds(ops)

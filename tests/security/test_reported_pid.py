@@ -1,0 +1,195 @@
+"""The sandbox's pid 1 (what pybwrap's --info-fd reports as ``child-pid``) against a
+hostile command (THREAT_MODEL.md, "ptrace and signals" and "exit status" rows).
+
+Where the kernel has Landlock the command runs in a Landlock domain of its own and the
+init is dumpable, so its owner can read ``/proc/PID/environ`` and open
+``/proc/PID/ns/*`` as with bwrap (tests/compat/test_enter.py). Landlock refuses every
+ptrace access check from inside a domain to a process outside it: each attack below
+is refused, also to a command that keeps CAP_SYS_PTRACE in its user namespace (which
+an undumpable init alone does not stop), with a live control: the same attack on the
+command's own child succeeds. Without Landlock the init is undumpable as before.
+
+A command can also make pid 1 its tracer (PTRACE_TRACEME needs no permission): the
+stops that follow must never be reported as its exit status.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pysandbox
+from tests.security import oracles
+from tests.support import host_capability, need
+
+pytestmark = pytest.mark.requires("userns")
+
+ATTACKS = oracles.PRELUDE + r'''
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.restype = ctypes.c_long
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+libc.syscall.restype = ctypes.c_long
+def check(r):
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return r
+def seize(pid):
+    step("ptrace")
+    check(libc.ptrace(0x4206, pid, None, None))
+    libc.ptrace(17, pid, None, None)
+def mem(pid):
+    step("open")
+    with open(f"/proc/{pid}/mem", "rb"):
+        pass
+def environ(pid):
+    step("open")
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return len(f.read())
+def fds(pid):
+    # the numbers may be listed by owner (DAC); what they name must not be reachable
+    step("readlink")
+    names = []
+    for n in os.listdir(f"/proc/{pid}/fd"):
+        names.append(os.readlink(f"/proc/{pid}/fd/{n}"))
+    return names
+def getfd(pid):
+    step("pidfd_open")
+    pfd = check(libc.syscall(434, pid, 0))
+    try:
+        step("pidfd_getfd")
+        got = []
+        for target in range(0, 8):
+            fd = libc.syscall(438, pfd, target, 0)
+            if fd >= 0:
+                os.close(fd)
+                got.append(target)
+            elif ctypes.get_errno() != 9:   # EBADF: no such descriptor; anything else is the answer
+                check(fd)
+        if not got:
+            raise OSError(9, "no descriptor at all")
+        return got
+    finally:
+        os.close(pfd)
+def vm_read(pid):
+    class iovec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+    buf = ctypes.create_string_buffer(8)
+    local = iovec(ctypes.cast(buf, ctypes.c_void_p), 8)
+    remote = iovec(0x1000, 8)   # unmapped: EFAULT once the access itself is allowed
+    step("process_vm_readv")
+    if libc.syscall(310, pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0) < 0:
+        e = ctypes.get_errno()
+        if e != 14:
+            raise OSError(e, os.strerror(e))
+def ns(pid):
+    step("open")
+    os.close(os.open(f"/proc/{pid}/ns/user", os.O_RDONLY))
+ATTACKS = {"seize": seize, "mem": mem, "environ": environ, "fd": fds, "pidfd_getfd": getfd,
+           "process_vm_readv": vm_read, "ns": ns}
+RESULTS["ppid"] = os.getppid()
+kid = os.fork()
+if kid == 0:
+    time.sleep(60)
+    os._exit(0)
+for name, fn in ATTACKS.items():
+    for pid in sorted({1, os.getppid()}):
+        attempt(f"{name}_{pid}", lambda: fn(pid))
+    attempt(f"{name}_child", lambda: fn(kid))   # live control
+os.kill(kid, 9)
+os.waitpid(kid, 0)
+done()
+'''
+
+NAMES = ("seize", "mem", "environ", "fd", "pidfd_getfd", "process_vm_readv", "ns")
+
+
+@pytest.mark.parametrize("caps", [(), ("sys_ptrace",)], ids=["no-caps", "cap-sys-ptrace"])
+def test_pid1_unreachable_from_the_command(backend, tmp_path, caps):
+    policy = pysandbox.Policy.default(workdir=tmp_path).replace(caps_keep=caps)
+    res = oracles.run_probe(ATTACKS, policy, backend)
+    assert res["_returncode"] == 0, res["_stderr"]
+    for name in NAMES:
+        assert res[f"{name}_child"]["ok"], (name, res[f"{name}_child"])   # the control
+        for pid in sorted({1, res["ppid"]}):
+            got = res[f"{name}_{pid}"]
+            assert got["ok"] is False and got["errname"] in ("EPERM", "EACCES"), (name, pid, got)
+
+
+TRACEME = r'''
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+if libc.ptrace(0, 0, None, None) != 0:   # PTRACE_TRACEME: our parent becomes our tracer
+    sys.exit(3)
+os.kill(os.getpid(), int(sys.argv[1]))    # a signal-delivery stop, reported to the tracer
+sys.exit(7)
+'''
+
+
+@pytest.mark.parametrize("sig,expected", [(12, -12), (28, 7)], ids=["SIGUSR2", "SIGWINCH"])
+def test_ptrace_stops_are_not_the_exit_status(backend, tmp_path, sig, expected):
+    """SIGUSR2 kills once the stop is let go (-12); SIGWINCH is ignored and the command
+    goes on to exit 7. Before, the stop itself was reported (the launcher raised)."""
+    done = pysandbox.run([sys.executable, "-I", "-c", TRACEME, str(sig)],
+                         policy=pysandbox.Policy.default(workdir=tmp_path), backend=backend,
+                         capture_output=True, timeout=oracles.PROBE_TIMEOUT)
+    assert done.returncode == expected, done.stderr.decode(errors="replace")
+
+
+def test_the_owner_reads_pid1_as_with_bwrap(backend, tmp_path):
+    """The other side of the line: the caller (the sandbox's owner, root or not) reads
+    pid 1's environment and opens its namespaces, as flatpak enter does with bwrap's
+    child-pid (tests/compat/test_enter.py compares with /usr/bin/bwrap itself)."""
+    why = host_capability("landlock")
+    if why is not None:
+        need("landlock", why + ": pid 1 stays undumpable there (documented)")
+    pids: list = []
+    policy = pysandbox.Policy.default(workdir=tmp_path)
+    env = dict(os.environ, PSB_OWNER_MARK="seen")
+    with pysandbox.Popen(["sh", "-c", "echo ready; read x"], policy=policy, backend=backend, env=env,
+                         on_start=pids.append, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout.readline() == b"ready\n"
+            pid = pids[0]
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().split(b"\0")
+            opened = []
+            for name in ("user", "mnt", "pid", "net", "ipc", "uts"):
+                os.close(os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY))
+                opened.append(name)
+        finally:
+            proc.stdin.write(b"done\n")
+            proc.stdin.close()
+    assert proc.returncode == 0
+    assert b"PSB_OWNER_MARK=seen" in environ
+    assert len(opened) == 6
+
+
+@pytest.mark.one_shot_only("the Python init is the one-shot bwrap init; a session's pid 1 is its server")
+def test_bwrap_python_fallback_init_unreachable_with_cap_sys_ptrace(tmp_path, monkeypatch):
+    """Without the native module the bwrap backend's init is Python (undumpable): the
+    command's Landlock domain keeps a command holding CAP_SYS_PTRACE away from it too."""
+    why = host_capability("bwrap")
+    if why is not None:
+        need("bwrap", why)
+    from pysandbox.backends import bwrap_init as B
+    from pysandbox.errors import BackendUnavailable, Reason
+
+    def missing():
+        raise BackendUnavailable("simulated: no native module", Reason.BWRAP_INIT_UNAVAILABLE)
+    monkeypatch.setattr(B, "init_memfd", missing)
+    policy = pysandbox.Policy.default(workdir=tmp_path).replace(caps_keep=("sys_ptrace",))
+    res = oracles.run_probe(ATTACKS, policy, "bwrap")
+    assert res["_returncode"] == 0, res["_stderr"]
+    done = pysandbox.run(["head", "-c", "64", "/proc/1/cmdline"], policy=policy, backend="bwrap",
+                         capture_output=True, timeout=oracles.PROBE_TIMEOUT)
+    assert b"-I\0-S\0-c" in done.stdout   # it really was the Python init
+    for name in NAMES:
+        assert res[f"{name}_child"]["ok"], (name, res[f"{name}_child"])
+        got = res[f"{name}_1"]
+        assert got["ok"] is False and got["errname"] in ("EPERM", "EACCES"), (name, got)
