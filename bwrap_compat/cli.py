@@ -17,7 +17,12 @@ import sys
 
 from .messages import BWRAP_SETNS_WORDING, BWRAP_WORDING, OVERLAP, bwrap_message  # noqa: F401  (re-exported)
 
-VERSION = "bubblewrap 0.11.0"
+# --version: bwrap's own first line, unchanged (tools parse ``bubblewrap 0.X.Y`` off it),
+# then what this is. PYBWRAP_VERSION is pysandbox's version (a unit test keeps them equal;
+# no import here: --version stays lean).
+BWRAP_VERSION = "bubblewrap 0.11.0"
+PYBWRAP_VERSION = "0.1.0"
+VERSION = f"{BWRAP_VERSION}\npybwrap {PYBWRAP_VERSION} (pysandbox: bwrap's command line on the native backend)"
 LOG_ERR, LOG_WARNING = 3, 4
 
 

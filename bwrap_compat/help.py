@@ -75,8 +75,9 @@ NOTE = """
 pybwrap: this is pysandbox's re-implementation of bubblewrap's command line on its
 native backend, a parity layer: it follows bwrap where bwrap is weaker than
 `pysandbox run` (inherited descriptors pass through; root keeps its capabilities
-without --unshare-user). Not supported: SELinux labels where SELinux is enabled
-(exit 1).
+without --unshare-user). It follows bubblewrap 0.11, and later versions where they
+are stricter: setup paths resolve inside the new root (0.12), empty path arguments
+are refused. Not supported: SELinux labels where SELinux is enabled (exit 1).
 """
 
 

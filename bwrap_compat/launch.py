@@ -13,8 +13,9 @@ import os
 import signal
 import sys
 
+from pysandbox import ops as O
 from pysandbox import view
-from pysandbox.errors import BwrapArgumentError, Reason
+from pysandbox.errors import BwrapArgumentError, Reason, SetupError
 from pysandbox.lifecycle import exit_status
 from pysandbox.process import Popen, compiled
 
@@ -174,6 +175,11 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
         proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds,
                      on_start=started if reporting else None,
                      close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
+    except SetupError as exc:
+        if exc.stage == "symlink" and exc.errno == errno.EEXIST and exc.op is not None:
+            # bwrap 0.9+ words it by what is there (the same link again was accepted)
+            exc.existing_link = existing_link(exc.filename, plan.ops[:exc.op])
+        raise
     except FileNotFoundError:
         raise _err(f"execvp {shown}: {os.strerror(errno.ENOENT)}") from None
     except PermissionError:
@@ -192,6 +198,23 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
     for fd in locks:
         _close(fd)
     return code
+
+
+def existing_link(path: str, done) -> str | None:
+    """The target of the symlink at sandbox ``path`` after the plan ops ``done``, or None
+    when what is there is not a symlink (bwrap's two ``--symlink`` messages)."""
+    for i in range(len(done) - 1, -1, -1):
+        op = done[i]
+        if getattr(op, "dest", None) == path:
+            return op.target if isinstance(op, O.MakeSymlink) else None
+        if view.is_mount(op) and view.under(path, op.dest):
+            if isinstance(op, O.MinimalDev):
+                from pysandbox.backends.native_ops import DEV_LINKS
+                name = path[len(op.dest.rstrip("/")) + 1:]
+                return dict(DEV_LINKS).get(name, "pts/ptmx" if name == "ptmx" else None)
+            host, _ = view.host_path(path, done[:i + 1])
+            return os.readlink(host) if host is not None and os.path.islink(host) else None
+    return None
 
 
 def _check_chdir(path: str, given: str, fs) -> None:

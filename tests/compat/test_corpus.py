@@ -10,7 +10,7 @@ import pytest
 
 from pysandbox.plan import PROC_READONLY
 from tests.compat import harness
-from tests.compat.corpus import BWRAP_011_ONLY, CASES
+from tests.compat.corpus import CASES
 from tests.support import host_capability, need, not_applicable
 
 # Every option of bubblewrap 0.11 (its --help), each used by at least one case.
@@ -85,8 +85,13 @@ def _ids(cases):
     return [c.name for c in cases]
 
 
-BWRAP_CASES = [c for c in CASES if not c.doc]
 DOC_CASES = [c for c in CASES if c.doc]
+
+# Cases not run on a reference as old as the version given, each with why.
+NOT_RUN_ON = {
+    # 0.8 and 0.11: the monitor dies and its child waits for good, holding the caller's stdout
+    "userns2-not-a-ns": ((0, 11, 99), "bwrap orphans its child, which holds the caller's stdout for good"),
+}
 
 
 @pytest.fixture
@@ -96,19 +101,47 @@ def tree():
     harness.cleanup(base)
 
 
-@pytest.mark.parametrize("case", BWRAP_CASES, ids=_ids(BWRAP_CASES))
-def test_same_as_bwrap(case, tree):
+def _reference(name):
+    path, version = harness.reference(name)
+    if path is None:
+        need("bwrap", version)
+    return path, version
+
+
+def _vtext(version) -> str:
+    return ".".join(map(str, version))
+
+
+@pytest.mark.parametrize("reference", harness.REFERENCES)
+@pytest.mark.parametrize("case", CASES, ids=_ids(CASES))
+def test_same_as_bwrap(case, reference, tree):
+    """pybwrap against each reference bwrap: the same outcome where the reference is at
+    least ``case.since_version``; a different one where it is older (pybwrap follows the
+    newer bwrap there, and is held to the case's documented ``want``)."""
     _check_needs(case)
-    if not os.access(harness.BWRAP, os.X_OK):
-        need("bwrap", f"{harness.BWRAP} is missing")
-    theirs = harness.run_one([harness.BWRAP], case, tree)
+    path, version = _reference(reference)
+    skip = NOT_RUN_ON.get(case.name)
+    if skip is not None and version <= skip[0]:
+        not_applicable(f"bwrap {_vtext(version)}: {skip[1]}")
+    theirs = harness.run_one([path], case, tree)
     base = harness.make_tree()   # a fresh tree: bwrap may have created mount points in the first
     try:
         ours = harness.run_one(harness.PYBWRAP, case, base)
         diffs = harness.compare(case, _rebase(theirs, tree, base), ours, base, tolerate)
+        since = case.since_version
+        if since is not None and version < since:
+            # Expected per reference: bwrap >= since behaves as pybwrap; this older one does not.
+            assert diffs or theirs["stdout"] != ours["stdout"], (
+                f"{case.name}: pybwrap follows bwrap {_vtext(since)} here, yet bwrap {_vtext(version)} "
+                f"({path}) behaves the same: the case does not tell the versions apart")
+            for rel in case.want.get("absent", ()):
+                # live control: the older bwrap really did what pybwrap refuses
+                assert os.path.lexists(rel.replace("{t}", tree)), (rel, theirs)
+            _check_want(case, ours, base)
+            return
     finally:
         harness.cleanup(base)
-    assert not diffs, f"{case.name}: bwrap vs pybwrap differ:\n" + "\n".join(
+    assert not diffs, f"{case.name}: bwrap {_vtext(version)} vs pybwrap differ:\n" + "\n".join(
         f"  {k}: bwrap={a!r} pybwrap={b!r}" for k, a, b in diffs[:40]) + \
         f"\n  bwrap stderr: {theirs['stderr'][-400:]!r}\n  pybwrap stderr: {ours['stderr'][-400:]!r}"
     if case.expect == "usage":
@@ -138,9 +171,15 @@ def _shape(text: str):
 
 
 @pytest.mark.parametrize("case", DOC_CASES, ids=_ids(DOC_CASES))
-def test_as_bwrap_0_11_documents(case, tree):
+def test_as_bwrap_documents(case, tree):
+    """pybwrap alone against the documented behaviour of the bwrap version it follows
+    (``case.since_version``): runs where no reference binary is installed too."""
     _check_needs(case)
     ours = harness.run_one(harness.PYBWRAP, case, tree)
+    _check_want(case, ours, tree)
+
+
+def _check_want(case, ours, base):
     want = case.want
     assert ours["rc"] == want["rc"], ours
     if "error" in want:
@@ -153,6 +192,10 @@ def test_as_bwrap_0_11_documents(case, tree):
         assert ours["stderr"] == want["stderr"]
     if "stdout" in want:
         assert ours["stdout"] == want["stdout"]
+    if "stdout_first_line" in want:
+        assert ours["stdout"].splitlines()[0] == want["stdout_first_line"], ours["stdout"]
+    for rel in want.get("absent", ()):
+        assert not os.path.lexists(rel.replace("{t}", base)), rel
     for key, value in want.get("probe", {}).items():
         assert json.loads(ours["stdout"])[key] == value
 
@@ -165,19 +208,14 @@ def test_corpus_covers_every_option():
     assert len(CASES) >= 60
 
 
-# Doc cases that bwrap 0.8 has the options for but that must not be run against it,
-# each with why. Anything else checked against the documentation instead of the
-# binary must be an option 0.8 lacks.
-NOT_RUN_ON_BWRAP_0_8 = {
-    "version-after-options": "0.8 prints its own version; the case checks 0.11's text",
-    "userns2-not-a-ns": "0.8 orphans its child, which holds the caller's stdout for good",
-}
-
-
-def test_doc_cases_are_what_bwrap_0_8_lacks():
-    for case in DOC_CASES:
-        assert case.options & BWRAP_011_ONLY or case.name in NOT_RUN_ON_BWRAP_0_8, case.name
-        assert "not supported by pybwrap yet" not in case.want.get("error_prefix", ""), case.name
+def test_every_version_dependent_case_is_documented():
+    """A case where pybwrap follows a bwrap newer than some reference carries the
+    documented outcome it is held to there; the rest of the corpus runs on 0.8 too."""
+    for case in CASES:
+        if case.since_version is not None:
+            assert case.doc and case.want, case.name
+            assert case.since_version >= (0, 9), case.name
+    assert {c.since_version for c in CASES} >= {(0, 9), (0, 11), (0, 12), (0, 13)}
 
 
 def test_the_overlay_family_runs_in_doc_cases():

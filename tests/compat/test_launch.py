@@ -14,18 +14,23 @@ import sys
 
 import pytest
 
-from tests.compat.harness import BWRAP, PYBWRAP
+from tests.compat.harness import BWRAP, PYBWRAP, reference
 from tests.support import host_capability, need, write_id_maps
 
 TOOLS = {"bwrap": [BWRAP], "pybwrap": PYBWRAP}
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C"}
 
 
-@pytest.fixture(params=sorted(TOOLS))
+@pytest.fixture(params=sorted(TOOLS) + ["bwrap-0.11"])   # bwrap-0.11: the bundled reference
 def tool(request):
     why = host_capability("native")
     if why is not None:
         need("native", why)
+    if request.param == "bwrap-0.11":
+        path, version = reference("bundled")
+        if path is None:
+            need("bwrap", version)
+        return [path]
     if not os.access(BWRAP, os.X_OK):
         need("bwrap", f"{BWRAP} is missing")
     return TOOLS[request.param]

@@ -14,7 +14,8 @@ Each host is simulated from the outside, without touching the real machine:
 ``native_missing``    ``import pysandbox._native`` fails (an import hook, also in
                       every Python child via sitecustomize).
 ``bwrap_missing``     PYSANDBOX_BWRAP names a path that does not exist.
-``bwrap_not_on_path`` PATH holds no bwrap and PYSANDBOX_BWRAP is unset (commands
+``bwrap_not_on_path`` PATH holds no bwrap, PYSANDBOX_BWRAP is unset and the bundled
+                     bwrap (pysandbox[bwrap]) is hidden (commands
                       must use absolute paths and shell builtins).
 ``bwrap_setuid``      PYSANDBOX_BWRAP is a setuid copy of the real bwrap.
 ``bwrap_old``         PYSANDBOX_BWRAP is a wrapper claiming 0.7.0 whose --help lacks
@@ -53,6 +54,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 HIDE_NATIVE_DIR = os.path.join(ROOT, "tests", "reliability", "hide_native")
+NO_BUNDLED_BWRAP_DIR = os.path.join(ROOT, "tests", "support", "no_bundled_bwrap")
 REAL_BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 HOSTS = ("plain", "userns_disabled", "proc_unmountable", "netns_refused", "native_missing",
          "bwrap_missing", "bwrap_not_on_path", "bwrap_setuid", "bwrap_old", "bwrap_old_on_path", "bwrap_setuid_on_path", "in_bwrap", "in_pysandbox")
@@ -214,6 +216,8 @@ def environment(hosts, scratch, env=None) -> dict:
         env["PYSANDBOX_BWRAP"] = os.path.join(str(scratch), "no-such-dir", "bwrap")
     if "bwrap_not_on_path" in hosts:
         env.pop("PYSANDBOX_BWRAP", None)
+        # no bundled bwrap either (pysandbox[bwrap] not installed)
+        env["PYTHONPATH"] = NO_BUNDLED_BWRAP_DIR + os.pathsep + env["PYTHONPATH"]
         empty = os.path.join(str(scratch), "empty-path")
         os.makedirs(empty, exist_ok=True)
         env["PATH"] = empty

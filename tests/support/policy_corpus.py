@@ -11,7 +11,7 @@ import os
 import struct
 import sys
 
-from pysandbox.policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Policy, Proc,
+from pysandbox.policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Overlay, Policy, Proc,
                               RemountRo, Symlink, Tmpfs, fs_dest)
 
 from .world import DATA_FD, DIR_FD, PASS_FD
@@ -164,6 +164,11 @@ _CASES = [
     # an absolute argv[0] next to the interpreter: CPython finds its prefix from argv[0]
     # (a bare name only works when the build-time prefix is /usr)
     ("argv0", lambda w: _default(w, argv0=os.path.join(os.path.dirname(sys.executable), "probe-zero"))),
+    # the same symlink twice: accepted (native, bwrap >= 0.9; the bwrap backend renders it once for 0.8)
+    ("symlink-twice", lambda w: _with(w, Symlink("/tmp/nowhere", "/tmp/l1"), Symlink("/tmp/nowhere", "/tmp/l1"))),
+    # bwrap >= 0.11 only (0.8: reference-unsupported); no upper dir: both launches run at once
+    ("overlay-family", lambda w: _with(w, Overlay("/tmp/ovt", lower=(w.path("src"),), tmp=True),
+                                       Overlay("/tmp/ovr", lower=(w.path("src"), w.path("srcB"))))),
     ("kitchen-sink", lambda w: _with(
         w, Bind(w.path("src"), "/tmp/k", readonly=True), Tmpfs("/tmp/k/sub1", size=65536, mode=0o750),
         Bind(w.path("srcB"), "/tmp/k/sub1/b"), Hide("/tmp/k/sub1/b/y"), Symlink("b/x", "/tmp/k/sub1/lx"),

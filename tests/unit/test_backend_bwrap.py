@@ -271,6 +271,7 @@ def test_locate_resolves_symlinks(tmp_path, monkeypatch):
 def test_not_found(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("PYSANDBOX_BWRAP", raising=False)
+    monkeypatch.setattr(probe, "bundled_bwrap", lambda: None)   # no pysandbox[bwrap] either
     with pytest.raises(BwrapNotFound) as info:
         probe.locate_bwrap()
     assert info.value.reason == Reason.BWRAP_NOT_FOUND
