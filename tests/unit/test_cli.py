@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pysandbox import cli
+from pysandbox import cli, status_text
 from pysandbox.backends.base import BackendStatus, CapabilityStatus
 from pysandbox.policy import Bind, Env, Hide, Tmpfs
 from pysandbox.status import Status
@@ -121,7 +121,7 @@ def test_status_table_names_every_capability_and_reason():
                "allow": CapabilityStatus("allow", True),
                "proxy": CapabilityStatus("proxy", False, "network_mode_unsupported", "")}
     bs = BackendStatus("bwrap", False, "network_namespace_unavailable", "no", caps, network, {"version": "0.8.0"})
-    text = cli.format_status(Status(False, "bwrap", bs.reason, bs.detail, {"bwrap": bs}, network, "deny"))
+    text = status_text.format_status(Status(False, "bwrap", bs.reason, bs.detail, {"bwrap": bs}, network, "deny"))
     assert "UNAVAILABLE: network_namespace_unavailable" in text
     assert re.search(r"network deny\s+no\s+network_namespace_unavailable", text)
     assert re.search(r"network allow\s+ok", text)

@@ -1,0 +1,39 @@
+"""The text form of ``pysandbox status`` (``--json`` prints ``Status.to_dict()``)."""
+
+from __future__ import annotations
+
+
+def format_status(st) -> str:
+    """The human table of ``pysandbox status``."""
+    verdict = "available" if st.available else f"UNAVAILABLE: {st.reason}"
+    lines = [f"policy network={st.network_mode}: backend {st.backend}: {verdict}"]
+    if st.detail:
+        lines.append(f"  {st.detail}")
+    if st.host:
+        facts = ", ".join(f"{k}={'yes' if v is True else 'no' if v is False else v}" for k, v in st.host.items())
+        lines.append(f"host: {facts}")
+    if st.authority:
+        lines.extend(authority_lines(st.authority))
+    for name, bs in st.backends.items():
+        head = "ok" if bs.available else f"no   {bs.reason}"
+        extra = ", ".join(f"{k} {v}" for k, v in sorted(bs.info.items()) if v not in (None, ""))
+        lines.append("")
+        lines.append(f"{name:<8} {head}" + (f"  ({extra})" if extra else ""))
+        rows = [(f"  {c.name}", c) for c in bs.capabilities] + \
+               [(f"  network {mode}", c) for mode, c in bs.network.items()]
+        for label, cap in rows:
+            if cap.available:
+                lines.append(f"{label:<18} ok")
+            else:
+                detail = f"  {cap.detail}" if cap.detail and cap.detail != bs.detail else ""
+                lines.append(f"{label:<18} no   {cap.reason}{detail}")
+    return "\n".join(lines)
+
+
+def authority_lines(cov: dict) -> list[str]:
+    """``status``'s Unix-socket authority coverage (authority.coverage) as text lines."""
+    masked = ", ".join(cov.get("masked") or ()) or "none"
+    unset = ", ".join(cov.get("unset") or ()) or "none"
+    flags = [name for name in ("kept", "strict_unix") if cov.get(name)]
+    head = "authority sockets" + (f" ({', '.join(flags)})" if flags else "")
+    return [f"{head}: masked {masked}; variables unset {unset}", f"  {cov.get('scope', '')}"]
