@@ -48,6 +48,17 @@ class Plan:
         return next(op.namespaces for op in self.ops if isinstance(op, Unshare))
 
     @property
+    def command_may_mount(self) -> bool:
+        """The command can mount: it may make user namespaces of its own (nested
+        sandboxes: no DisableUserns op) or keeps CAP_SYS_ADMIN. A Landlock domain forbids
+        mount and pivot_root to every process in it (the kernel's Landlock documentation,
+        "Filesystem topology modification"), so such a command gets none, and its init
+        stays undumpable (docs/ARCHITECTURE.md, "The reported pid")."""
+        if not any(isinstance(op, DisableUserns) for op in self.ops):
+            return True
+        return any(isinstance(op, DropCapabilities) and "sys_admin" in op.keep for op in self.ops)
+
+    @property
     def mount_ops(self) -> tuple:
         return tuple(op for op in self.ops if isinstance(op, MOUNT_OPS))
 

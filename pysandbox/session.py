@@ -283,7 +283,11 @@ class Sandbox:
         self._server = None
         launch = self.policy.replace(as_pid_1=True, pass_fds=())
         try:
-            self._server = SandboxProcess([f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)],
+            # -M: commands may mount (the server then gives them no Landlock domain, which
+            # forbids mount); the same rule as Plan.command_may_mount, read off the policy.
+            may_mount = launch.allow_nested_userns or "sys_admin" in launch.caps_keep
+            server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-M"] if may_mount else [])
+            self._server = SandboxProcess(server,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         except BaseException:

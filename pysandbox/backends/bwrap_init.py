@@ -100,7 +100,7 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
             Reason.BWRAP_INIT_UNAVAILABLE)
     opts = ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
-    if init_fd is not None and init_mode(plan) != "exec" and _landlock():
+    if init_fd is not None and init_mode(plan) != "exec" and not plan.command_may_mount and _landlock():
         opts.append("-L")   # the command in a Landlock domain, the init dumpable (its owner reads it)
     for path in proc_readonly_paths(plan):
         opts += ["-r", path]

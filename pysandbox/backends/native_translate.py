@@ -323,9 +323,10 @@ def _landlock(cx, i):
     """Right after INIT, in the command's process: a Landlock domain of its own, so that
     nothing the command starts can ptrace or read the init, which is then made dumpable
     for its owner (native/psb_landlock.h). Only with no_new_privs already set (the
-    kernel's condition) and where the host has Landlock; else the init stays
+    kernel's condition) and where the host has Landlock, for a command that cannot
+    mount (a domain forbids mount: Plan.command_may_mount); else the init stays
     undumpable, as before."""
-    if cx.host.landlock and any(o.kind == "NNP" for o in cx.ops):
+    if cx.host.landlock and any(o.kind == "NNP" for o in cx.ops) and not cx.plan.command_may_mount:
         cx.add("LANDLOCK", stage="landlock", plan_index=i)
 
 

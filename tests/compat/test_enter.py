@@ -92,7 +92,11 @@ def _sandbox(tool, extra_env=None, extra_args=()):
     returns (process, the --info-fd document)."""
     r, w = os.pipe()
     env = dict(ENV, PSB_ENTER_MARKER="from-the-launch", **(extra_env or {}))
-    proc = subprocess.Popen(tool + [*extra_args, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+    # --disable-userns: a sandbox whose command may nest (bwrap's default) can mount, which
+    # the Landlock domain that makes pybwrap's init readable forbids; such a sandbox keeps
+    # an undumpable init (bwrap_compat/README.md, "The reported `child-pid`"); so does one
+    # whose command keeps CAP_SYS_ADMIN (root's default): hence --cap-drop ALL.
+    proc = subprocess.Popen(tool + [*extra_args, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
                                     "--dev", "/dev", "--tmpfs", "/tmp", "--info-fd", str(w), "--",
                                     "sh", "-c", "echo here > /tmp/inside; echo ready; read x"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,

@@ -45,6 +45,16 @@ def relevant(mount_point: str, watched) -> bool:
                for d in watched if d not in SETUP_POINTS)
 
 
+# Names in the shared /tmp a launch could make: a sandbox's own (setup directories) and
+# the first component of every watched path below /tmp (a policy's destination there).
+_SANDBOX_PREFIXES = ("psb", "pysandbox", "bwrap", "newroot", "oldroot")
+
+
+def _ours_in_tmp(entries, watched) -> list:
+    names = {d.split("/")[2] for d in watched if d.startswith("/tmp/")}
+    return [e for e in entries if e[0] in names or str(e[0]).startswith(_SANDBOX_PREFIXES)]
+
+
 @dataclass(frozen=True)
 class HostState:
     mounts: tuple
@@ -72,7 +82,12 @@ class HostState:
                 continue
             a = a if isinstance(a, tuple) else ((str(a), "error"),)
             b = b if isinstance(b, tuple) else ((str(b), "error"),)
-            dirs[path] = (sorted(set(b) - set(a)), sorted(set(a) - set(b)))
+            added, removed = sorted(set(b) - set(a)), sorted(set(a) - set(b))
+            if path == "/tmp":   # shared: other programs' entries come and go (pip-unpack-*, ...)
+                added, removed = _ours_in_tmp(added, watched), _ours_in_tmp(removed, watched)
+                if not added and not removed:
+                    continue
+            dirs[path] = (added, removed)
         return gone, new, dirs
 
 
