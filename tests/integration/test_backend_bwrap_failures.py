@@ -202,8 +202,11 @@ def test_long_argument_lists_go_through_args_fd(box, tmp_path):
 
 def test_setup_failure_found_by_the_exact_argument_probe(box):
     # bwrap would fail at chdir after building the sandbox, with exit 1 like a command;
-    # the probe with the policy's own arguments catches it first.
-    done = box.run("--chdir", "/nonexistent-pysandbox-dir", env={"PYSANDBOX_BWRAP": real_bwrap()})
+    # the probe with the policy's own arguments catches it first. (A missing host-backed,
+    # tmpfs, /proc or /dev entry is a policy error before any launch, exit 2:
+    # tests/integration/test_cli_errors.py; below /dev/shm, made empty by the setup, only
+    # the launch tells.)
+    done = box.run("--chdir", "/dev/shm/nonexistent-pysandbox-dir", env={"PYSANDBOX_BWRAP": real_bwrap()})
     assert_refused(done, Reason.BWRAP_PROBE_FAILED.value, box)
     assert "chdir" in done.stderr
 
