@@ -357,24 +357,30 @@ def _run(parser, args, profile=None) -> int:
             signal.signal(sig, handler)
 
 
-def _launch_and_wait(args, command, policy, started, pending) -> int:
+def _start_failed(command, exc: OSError) -> int:
+    """The exit status and line for a command that did not start (a SandboxError is the
+    caller's to report: raised again)."""
     from .errors import Reason, SandboxError
+    if isinstance(exc, SandboxError):
+        raise exc
+    if isinstance(exc, FileNotFoundError):
+        _say(f"{command[0]}: command not found ({exc.strerror})")
+        return EXIT_NOTFOUND
+    if isinstance(exc, PermissionError):
+        _say(f"{command[0]}: not executable ({exc.strerror})")
+        return EXIT_NOEXEC
+    _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
+    return EXIT_SETUP
+
+
+def _launch_and_wait(args, command, policy, started, pending) -> int:
     from .process import Popen, TimeoutExpired
     from .trace import clock, ms
     started_at = clock()
     try:
         proc = Popen(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd))
-    except FileNotFoundError as exc:
-        _say(f"{command[0]}: command not found ({exc.strerror})")
-        return EXIT_NOTFOUND
-    except PermissionError as exc:
-        _say(f"{command[0]}: not executable ({exc.strerror})")
-        return EXIT_NOEXEC
     except OSError as exc:
-        if isinstance(exc, SandboxError):
-            raise
-        _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
-        return EXIT_SETUP
+        return _start_failed(command, exc)
     started.append(proc)
     if args.verbose:
         import logging
@@ -393,7 +399,6 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
 
 
 def _run_in_terminal(args, command, policy) -> int:
-    from .errors import Reason, SandboxError
     from .terminal import run_in_terminal
 
     def started(proc):
@@ -408,17 +413,8 @@ def _run_in_terminal(args, command, policy) -> int:
     try:
         code = run_in_terminal(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd),
                                timeout=args.timeout, on_start=started, on_timeout=timed_out, grace=GRACE)
-    except FileNotFoundError as exc:
-        _say(f"{command[0]}: command not found ({exc.strerror})")
-        return EXIT_NOTFOUND
-    except PermissionError as exc:
-        _say(f"{command[0]}: not executable ({exc.strerror})")
-        return EXIT_NOEXEC
     except OSError as exc:
-        if isinstance(exc, SandboxError):
-            raise
-        _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
-        return EXIT_SETUP
+        return _start_failed(command, exc)
     return exit_status(code)
 
 
