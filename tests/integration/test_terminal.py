@@ -298,16 +298,8 @@ def _in_process(command, backend, policy):
 
 def test_bwrap_python_fallback_init_opens_the_pty(tmp_path, monkeypatch):
     """Without the native module the bwrap backend's Python init makes the pty."""
-    from tests.support import host_capability, need
-    why = host_capability("bwrap")
-    if why is not None:
-        need("bwrap", why)
-    from pysandbox.backends import bwrap_init as B
-    from pysandbox.errors import BackendUnavailable
-
-    def missing():
-        raise BackendUnavailable("simulated: no native module", Reason.BWRAP_INIT_UNAVAILABLE)
-    monkeypatch.setattr(B, "init_memfd", missing)
+    from tests.support import force_python_bwrap_init
+    force_python_bwrap_init(monkeypatch)
     (tmp_path / "probe.py").write_text(FD_PROBE)
     policy = pysandbox.Policy.default(workdir=tmp_path)
     code, out = _in_process(["sh", "-c", "python3 probe.py; tr '\\0' ' ' < /proc/1/cmdline | head -c 400; exit 4"],

@@ -240,16 +240,8 @@ def test_signal_death_is_minus_n_on_both_backends(backend, tmp_path):
 def test_bwrap_python_fallback_init_holds_the_same_line(tmp_path, monkeypatch):
     """Without the native module the bwrap backend runs its init in Python (same
     protocol): pid 1 is still unptraceable and unreadable, the status still -N."""
-    from tests.support import host_capability, need
-    why = host_capability("bwrap")
-    if why is not None:
-        need("bwrap", why)
-    from pysandbox.backends import bwrap_init as B
-    from pysandbox.errors import BackendUnavailable, Reason
-
-    def missing():
-        raise BackendUnavailable("simulated: no native module", Reason.BWRAP_INIT_UNAVAILABLE)
-    monkeypatch.setattr(B, "init_memfd", missing)
+    from tests.support import force_python_bwrap_init
+    force_python_bwrap_init(monkeypatch)
     policy = pysandbox.Policy.default(workdir=tmp_path)
     res = oracles.run_probe(PTRACE, policy, "bwrap")
     assert res["seize_child"]["ok"], res["seize_child"]

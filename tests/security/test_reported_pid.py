@@ -174,15 +174,8 @@ def test_the_owner_reads_pid1_as_with_bwrap(backend, tmp_path):
 def test_bwrap_python_fallback_init_unreachable_with_cap_sys_ptrace(tmp_path, monkeypatch):
     """Without the native module the bwrap backend's init is Python (undumpable): the
     command's Landlock domain keeps a command holding CAP_SYS_PTRACE away from it too."""
-    why = host_capability("bwrap")
-    if why is not None:
-        need("bwrap", why)
-    from pysandbox.backends import bwrap_init as B
-    from pysandbox.errors import BackendUnavailable, Reason
-
-    def missing():
-        raise BackendUnavailable("simulated: no native module", Reason.BWRAP_INIT_UNAVAILABLE)
-    monkeypatch.setattr(B, "init_memfd", missing)
+    from tests.support import force_python_bwrap_init
+    force_python_bwrap_init(monkeypatch)
     policy = pysandbox.Policy.default(workdir=tmp_path).replace(caps_keep=("sys_ptrace",))
     res = oracles.run_probe(ATTACKS, policy, "bwrap")
     assert res["_returncode"] == 0, res["_stderr"]
