@@ -219,12 +219,14 @@ def cleanup(base: str) -> None:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def require_tools() -> dict:
-    """Both tools, or need(): the native backend runs here and /usr/bin/bwrap exists."""
+def require_tools(ref: str = "system") -> dict:
+    """Both tools, or need(): the native backend runs here and the bwrap of reference
+    ``ref`` (:data:`REFERENCES`) is installed."""
     from tests.support import host_capability, need
     why = host_capability("native")
     if why is not None:
         need("native", why)
-    if not os.access(BWRAP, os.X_OK):
-        need("bwrap", f"{BWRAP} is missing")
-    return {"bwrap": [BWRAP], "pybwrap": PYBWRAP}
+    path, version = reference(ref)
+    if path is None:
+        need("bwrap", version)
+    return {"bwrap": [path], "pybwrap": PYBWRAP}

