@@ -145,6 +145,10 @@ def run_in_terminal(command, *, stdin: int = 0, stdout: int = 1, stderr: int = 2
             pass
 
     previous = {sig: signal.signal(sig, note) for sig in SIGNALS}
+    # The C-level handler writes to wake_w whichever thread the kernel picks (the bwrap
+    # backend has a helper thread): a signal taken there would not interrupt the main
+    # thread's poll(), and note() would wait for a bytecode that never comes.
+    previous_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     # The sandbox starts with /dev/null and a pipe in place of the host terminal (bwrap
@@ -177,6 +181,7 @@ def run_in_terminal(command, *, stdin: int = 0, stdout: int = 1, stderr: int = 2
         return _end(proc, hangup, grace)
     finally:
         host.restore()
+        signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if proc is not None and proc.returncode is None and proc.poll() is None:

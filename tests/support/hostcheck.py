@@ -45,14 +45,21 @@ def relevant(mount_point: str, watched) -> bool:
                for d in watched if d not in SETUP_POINTS)
 
 
-# Names in the shared /tmp a launch could make: a sandbox's own (setup directories) and
-# the first component of every watched path below /tmp (a policy's destination there).
-_SANDBOX_PREFIXES = ("psb", "pysandbox", "bwrap", "newroot", "oldroot")
+def _shared(path: str) -> bool:
+    """A sticky directory (/tmp, /var/tmp): every user of the machine makes entries there."""
+    try:
+        return bool(os.stat(path).st_mode & stat.S_ISVTX)
+    except OSError:
+        return False
 
 
-def _ours_in_tmp(entries, watched) -> list:
-    names = {d.split("/")[2] for d in watched if d.startswith("/tmp/")}
-    return [e for e in entries if e[0] in names or str(e[0]).startswith(_SANDBOX_PREFIXES)]
+def _ours_in_shared(path: str, entries, watched) -> list:
+    """The entries of shared directory ``path`` a launch could have made: those a watched
+    path (a policy's destination) passes through, owned by this caller's uid. What other
+    programs make there meanwhile, even under this uid but other names, is not ours."""
+    prefix = path.rstrip("/") + "/"
+    names = {d[len(prefix):].split("/")[0] for d in watched if d.startswith(prefix)}
+    return [e for e in entries if e[0] in names and (len(e) < 4 or e[3] == os.getuid())]
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,8 @@ class HostState:
             a = a if isinstance(a, tuple) else ((str(a), "error"),)
             b = b if isinstance(b, tuple) else ((str(b), "error"),)
             added, removed = sorted(set(b) - set(a)), sorted(set(a) - set(b))
-            if path == "/tmp":   # shared: other programs' entries come and go (pip-unpack-*, ...)
-                added, removed = _ours_in_tmp(added, watched), _ours_in_tmp(removed, watched)
+            if _shared(path):   # other programs' entries come and go (pip-unpack-*, test dirs, ...)
+                added, removed = _ours_in_shared(path, added, watched), _ours_in_shared(path, removed, watched)
                 if not added and not removed:
                     continue
             dirs[path] = (added, removed)
