@@ -139,16 +139,13 @@ def run_in_terminal(command, *, stdin: int = 0, stdout: int = 1, stderr: int = 2
 
     def note(signum, _frame):
         got.append(signum)
-        try:
-            os.write(wake_w, b"s")
-        except OSError:
-            pass
 
-    previous = {sig: signal.signal(sig, note) for sig in SIGNALS}
-    # The C-level handler writes to wake_w whichever thread the kernel picks (the bwrap
-    # backend has a helper thread): a signal taken there would not interrupt the main
-    # thread's poll(), and note() would wait for a bytecode that never comes.
+    # The wake-up: Python's C-level handler writes each signal to wake_w, whichever
+    # thread the kernel picks (the bwrap backend has a helper thread: a signal taken
+    # there does not interrupt the main thread's poll(), and note() alone would wait for
+    # a bytecode that never comes). Set before the handlers, so none goes unannounced.
     previous_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    previous = {sig: signal.signal(sig, note) for sig in SIGNALS}
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     # The sandbox starts with /dev/null and a pipe in place of the host terminal (bwrap
