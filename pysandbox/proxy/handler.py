@@ -51,6 +51,8 @@ class Connection:
         self.upstream: asyncio.StreamWriter | None = None
         self.up_reader: asyncio.StreamReader | None = None
         self.literal = False
+        self.replied = False      # the client got its protocol's answer (200, SOCKS reply)
+        self.greeted = False      # SOCKS5: the method was chosen, a request reply may follow
         self.verdict: tuple[str, str] | None = None
 
     # ---------------------------------------------------------------- life
@@ -88,18 +90,17 @@ class Connection:
                                       bytes_down=self.bytes_down, address=self.address))
 
     async def _answer_refusal(self, refusal: Refusal) -> None:
-        if self.writer.is_closing() or refusal.reason == "closed":
+        if self.replied or self.writer.is_closing() or refusal.reason == "closed":
             return
         if self.protocol == "socks5":
-            if refusal.socks_code is None:
-                return   # already answered (or the tunnel was open)
-            self.writer.write(bytes((0x05, refusal.socks_code)) + _SOCKS_OK[2:])
-        elif self.protocol == "http" or (self.protocol == "connect" and self.upstream is None):
+            if not self.greeted:
+                return
+            code = refusal.socks_code or _SOCKS_CODE.get(refusal.reason, 0x02)
+            self.writer.write(bytes((0x05, code)) + _SOCKS_OK[2:])
+        else:
             where = f"{self.host}:{self.port}" if self.host else "request"
             text = f"pysandbox proxy: refused {where}: {refusal.detail or refusal.reason} ({refusal.reason})"
             self.writer.write(httphead.reply(_HTTP_STATUS.get(refusal.reason, 403), text))
-        else:
-            return
         try:
             await asyncio.wait_for(self.writer.drain(), 5)
         except (OSError, asyncio.TimeoutError):
@@ -140,6 +141,7 @@ class Connection:
         self.protocol = "connect" if request.is_connect else "http"
         await self.decide(request.host, request.port)
         if request.is_connect:
+            self.replied = True
             self.writer.write(httphead.reply(200))
             await self.writer.drain()
         else:
@@ -152,8 +154,10 @@ class Connection:
         methods = await self.reader.readexactly((await self.reader.readexactly(1))[0])
         if 0x00 not in methods:
             self.writer.write(b"\x05\xff")
+            self.replied = True
             raise Refusal("bad_request", "no acceptable SOCKS5 method (only no-auth)")
         self.writer.write(b"\x05\x00")
+        self.greeted = True
         await self.writer.drain()
         ver, cmd, _, atyp = await self.reader.readexactly(4)
         if ver != 5:
@@ -175,6 +179,7 @@ class Connection:
         if cmd != 0x01:
             raise Refusal("unsupported_command", f"SOCKS5 command {cmd}", socks_code=0x07)
         await self.decide(host, port)
+        self.replied = True
         self.writer.write(_SOCKS_OK)
         await self.writer.drain()
 
@@ -274,15 +279,13 @@ class Connection:
                 pass
 
     async def _pump_up(self, first_check: bool) -> None:
-        if first_check:
-            first = await self._check_first_bytes()
-            if first is None:
-                return
-            self.upstream.write(first)
-            self.bytes_up += len(first)
-            await self.upstream.drain()
         try:
-            while data := await self.reader.read(CHUNK):
+            first = await self._check_first_bytes() if first_check else b""
+            if first:
+                self.upstream.write(first)
+                self.bytes_up += len(first)
+                await self.upstream.drain()
+            while first is not None and (data := await self.reader.read(CHUNK)):
                 self.upstream.write(data)
                 self.bytes_up += len(data)
                 await self.upstream.drain()

@@ -97,6 +97,11 @@ class EgressProxy:
         with self._lock:
             return list(self._events)
 
+    @property
+    def active(self) -> int:
+        """Connections being served now."""
+        return len(self._tasks)
+
     def _record(self, event: ProxyEvent) -> None:
         with self._lock:
             self._events.append(event)
