@@ -5,7 +5,7 @@ An address is *special* when it is not a public unicast address of the Internet:
 link-local, CGNAT 100.64/10, unspecified, reserved, benchmarking, documentation,
 Teredo, ...), or it is multicast, or in one of the extra ranges below; an address
 embedding an IPv4 one (IPv4-mapped, IPv4-compatible, IPv4-translated, 6to4, NAT64) is
-special when the embedded address is. The proxy refuses a name that resolves to a
+special exactly when the embedded address is. The proxy refuses a name that resolves to a
 special address unless that very address is listed (``AllowList.lists_address``): a
 name on the allow list cannot be pointed at the host's loopback, the LAN or a cloud
 metadata service (SSRF, DNS rebinding).
@@ -17,19 +17,26 @@ import ipaddress
 
 __all__ = ["is_special", "parse_address"]
 
-_V4_EXTRA = tuple(ipaddress.IPv4Network(n) for n in (
-    "0.0.0.0/8",          # "this network"
-    "192.0.0.0/24",       # IETF protocol assignments (only parts are in is_private)
-    "192.88.99.0/24",     # 6to4 relay anycast (deprecated)
+# IANA's special-purpose ranges, spelt out: ``is_global``'s tables differ between Python
+# patch releases (3.11.2 and 3.11.7 disagree on 6to4), and this must not.
+_V4_SPECIAL = tuple(ipaddress.IPv4Network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15",
+    "198.51.100.0/24", "203.0.113.0/24",
     "224.0.0.0/4",        # multicast: is_global is true for it in Python 3.11
     "240.0.0.0/4",        # reserved, and the limited broadcast
 ))
-_V6_EXTRA = tuple(ipaddress.IPv6Network(n) for n in (
-    "::/96",              # IPv4-compatible (deprecated) and the unspecified address
+_V6_SPECIAL = tuple(ipaddress.IPv6Network(n) for n in (
+    "::/96",              # unspecified, loopback, IPv4-compatible (deprecated)
+    "100::/64",           # discard-only
+    "2001::/23",          # IETF protocol assignments: Teredo, ORCHID, benchmarking, ...
+    "2001:db8::/32", "3fff::/20",   # documentation
+    "5f00::/16",          # SRv6 SIDs
     "64:ff9b:1::/48",     # local-use NAT64 (RFC 8215)
+    "fc00::/7",           # unique local
+    "fe80::/10",          # link-local
     "fec0::/10",          # site-local (deprecated)
     "ff00::/8",           # multicast
-    "100::/64",           # discard-only
 ))
 _V4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
 _V4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
@@ -56,14 +63,10 @@ def _embedded_v4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 def is_special(addr) -> bool:
     """True when ``addr`` (an ``ipaddress`` address) must be listed to be connected to."""
     if isinstance(addr, ipaddress.IPv4Address):
-        return (not addr.is_global) or addr.is_multicast or any(addr in net for net in _V4_EXTRA)
+        return any(addr in net for net in _V4_SPECIAL) or not addr.is_global
     if isinstance(addr, ipaddress.IPv6Address):
         inner = _embedded_v4(addr)
-        if inner is not None and is_special(inner):
-            return True
-        if addr.is_multicast or addr.is_site_local or any(addr in net for net in _V6_EXTRA):
-            return True
-        if inner is not None and (addr in _V4_MAPPED or addr in _V4_TRANSLATED):
-            return False    # a public IPv4 address in IPv6 clothing; is_private says otherwise
-        return not addr.is_global
+        if inner is not None:
+            return is_special(inner)   # IPv4-mapped/-translated, 6to4, NAT64: as the IPv4 address
+        return any(addr in net for net in _V6_SPECIAL) or not addr.is_global
     return True
