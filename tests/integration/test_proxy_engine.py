@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import resource
 import socket
 import ssl
@@ -133,9 +134,14 @@ def test_urllib_through_the_proxy(lab):
 # ---------------------------------------------------------------- refused
 
 def test_refused_name_gets_403_with_the_reason_and_an_event(lab, caplog):
-    seen = []
+    seen, asked = [], []
     caplog.set_level(logging.WARNING, logger="pysandbox.proxy")
-    with running(lab, ("pypi.test", *lab.listed), on_event=seen.append) as proxy:
+    resolve = lab.resolver()
+
+    def recording(host, port):
+        asked.append(host)
+        return resolve(host, port)
+    with running(lab, ("pypi.test", *lab.listed), resolver=recording, on_event=seen.append) as proxy:
         code, out, _ = curl("--proxy", url(proxy), "-w", "\n%{http_code}", "http://other.test/echo/x")
         assert out.endswith("\n403")
         assert out.startswith("pysandbox proxy: refused other.test:80: not on the allow list (not_allowed)")
@@ -151,6 +157,7 @@ def test_refused_name_gets_403_with_the_reason_and_an_event(lab, caplog):
                        ("socks5", "other.test", 80, "not_allowed")]
     assert [e.bytes_up for e in events if e.verdict == "refused"] == [0, 0, 0]
     assert seen == events
+    assert asked == ["pypi.test"]          # a refused name is never resolved: no DNS leak of it
     assert sum("proxy refused" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records) == 3
 
 
@@ -326,6 +333,29 @@ def test_slow_and_oversized_requests_are_cut(lab):
         events = settled(proxy, 4)
     assert [(e.reason, e.protocol) for e in events] == [("timeout", "http"), ("bad_request", "http"),
                                                         ("timeout", "socks5"), ("ok", "http")]
+
+
+def test_garbage_never_stops_the_proxy(lab, caplog):
+    rng = random.Random(1717)
+    prefixes = (b"", b"\x05", b"\x05\x01\x00", b"\x05\x01\x00\x05\x01\x00\x03", b"CONNECT ", b"GET http://",
+                b"CONNECT pypi.test:443 HTTP/1.1\r\n\r\n\x16\x03\x01", b"\x16\x03\x01\x02\x00\x01")
+    with running(lab, ("pypi.test", *lab.listed), handshake_timeout=2.0) as proxy:
+        for i in range(120):
+            with socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) as s:
+                junk = prefixes[i % len(prefixes)] + rng.randbytes(rng.randrange(0, 300))
+                if i % 3 == 0:
+                    junk += b"\r\n\r\n"
+                with contextlib.suppress(OSError):
+                    s.sendall(junk)
+                    s.shutdown(socket.SHUT_WR)
+                    read_all(s)
+        assert wait_until(lambda: proxy.active == 0)
+        # control: the proxy still relays, and its thread is alive
+        assert curl("--proxy", url(proxy), "http://pypi.test/echo/after")[1].startswith("upstream http")
+        assert proxy._thread.is_alive()
+    assert proxy.counts["allowed"] >= 1
+    # nothing reached the catch-all (a bug), nor asyncio's "exception never retrieved"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_connection_limit_refuses_and_logs_the_excess(lab):
