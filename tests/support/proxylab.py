@@ -84,11 +84,13 @@ def make_ca(directory: Path, names=NAMES) -> dict:
 
 class Lab:
     """A running lab: ``server`` (its address text), ``host_side`` (ours), ``ca``
-    (the CA's PEM path), ``root`` (the directory the servers serve files from),
-    ``pid`` (the server process, holding the namespace), ``http_ports``, ``https_ports``."""
+    (the CA's PEM path), ``root`` (the directory the servers serve files from: put a
+    package index or a git tree there), ``pid`` (the server process, holding the
+    namespace), ``veth`` (our end), ``names``, ``http_ports``, ``https_ports``."""
 
-    def __init__(self, server, host_side, ca, root, pid, veth):
+    def __init__(self, server, host_side, ca, root, pid, veth, names=NAMES):
         self.server, self.host_side, self.ca, self.root, self.pid, self.veth = server, host_side, ca, root, pid, veth
+        self.names = names
         self.http_ports, self.https_ports = (80, 8080), (443, 8443)
 
     @property
@@ -97,7 +99,7 @@ class Lab:
         return tuple(f"{self.server}:{p}" for p in (*self.http_ports, *self.https_ports))
 
     def resolver(self, extra: dict | None = None):
-        table = {name: [self.server] for name in NAMES}
+        table = {name: [self.server] for name in self.names}
         table[LOOPBACK_NAME] = ["127.0.0.1"]
         table.update(extra or {})
 
@@ -146,13 +148,15 @@ def can_make_lab() -> str | None:
 
 
 @contextlib.contextmanager
-def netlab(directory: Path):
+def netlab(directory: Path, names=NAMES):
+    """See the module's docstring; ``names``: the names the server's certificate holds
+    and ``lab.resolver`` maps to the server."""
     why = can_make_lab()
     if why is not None:
-        need("root", why)
+        need("proxylab", why)
     if os.environ.get(USERNS_ENV) == "1":
         _ip("link", "set", "lo", "up")          # our own namespace's lo (unshare -n leaves it down)
-    tls = make_ca(directory / "tls")
+    tls = make_ca(directory / "tls", tuple(names))
     root = directory / "www"
     root.mkdir(parents=True, exist_ok=True)
     net = _free_subnet()
@@ -176,7 +180,7 @@ def netlab(directory: Path):
         _ip("addr", "add", f"{server}/30", "dev", peer, pid=proc.pid)
         _ip("link", "set", peer, "up", pid=proc.pid)
         _wait_reachable(server)
-        yield Lab(server, host_side, str(tls["ca"]), root, proc.pid, veth)
+        yield Lab(server, host_side, str(tls["ca"]), root, proc.pid, veth, tuple(names))
     finally:
         with contextlib.suppress(OSError):
             proc.stdin.close()
