@@ -64,19 +64,23 @@ class Connection:
             self._refused(refusal)
             await self._answer_refusal(refusal)
         except (ConnectionError, asyncio.IncompleteReadError, OSError):
-            pass   # the client or the upstream went away: the event says what was relayed
+            # the client or the upstream went away: once connected, the event says what
+            # was relayed; before, the request was never complete
+            if self.upstream is None:
+                self._refused(Refusal("bad_request", "the client closed before its request was complete"))
         except asyncio.CancelledError:
             if self.verdict is None and self.upstream is None:
                 self._refused(Refusal("closed", "the proxy closed"))
             raise
         finally:
-            for w in (self.upstream, self.writer):
-                if w is not None:
-                    w.close()
+            # the event first: a client that saw its connection close finds it recorded
             if self.verdict is None and self.upstream is not None:
                 self.verdict = (ALLOWED, "ok")
             if self.verdict is not None:
                 self._emit(*self.verdict)
+            for w in (self.upstream, self.writer):
+                if w is not None:
+                    w.close()
 
     def _refused(self, refusal: Refusal) -> None:
         if self.verdict is None:

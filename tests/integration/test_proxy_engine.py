@@ -25,7 +25,7 @@ import pytest
 
 from pysandbox.proxy.rules import AllowList
 from pysandbox.proxy.server import EgressProxy
-from tests.support import need, not_applicable, wait_until
+from tests.support import host_capability, need, not_applicable, wait_until
 from tests.support.proxylab import USERNS_ENV, netlab
 
 UNPRIVILEGED = os.geteuid() != 0 and os.environ.get(USERNS_ENV) != "1"
@@ -279,6 +279,32 @@ def test_sni_must_name_the_requested_host(lab):
             ctx.wrap_socket(raw, server_hostname="other.test") as tls:
         tls.sendall(b"GET /echo/direct HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n")
         assert b"upstream https host=other.test" in read_all(tls)
+
+
+def test_ipv6_names_and_literals(lab):
+    if lab.server6 is None:
+        why = host_capability("ipv6")
+        need("ipv6", why or "the lab's namespace has no IPv6")
+    v6 = lab.server6
+    with running(lab, ("v6.test", *lab.listed6[:3])) as proxy:     # [v6]:80, :8080, :443; not :8443
+        assert curl("--proxy", url(proxy), "http://v6.test/echo/6")[1] == "upstream http host=v6.test path=/echo/6\n"
+        assert curl("--proxy", url(proxy), "--cacert", lab.ca, "https://v6.test/echo/6s")[1] == \
+            "upstream https host=v6.test path=/echo/6s\n"
+        assert curl("--proxy", url(proxy), f"http://[{v6}]:8080/echo/lit")[1] == \
+            f"upstream http host=[{v6}]:8080 path=/echo/lit\n"
+        reply = socks(proxy, b"\x05\x01\x00\x04" + socket.inet_pton(socket.AF_INET6, v6) + (443).to_bytes(2, "big"))
+        assert reply[1][:2] == b"\x05\x00"
+        s, head = connect_tunnel(proxy, f"[{v6}]:8443")                 # not listed
+        s.close()
+        assert head.startswith(b"HTTP/1.1 403 ")
+        events = settled(proxy, 5)
+    # (the SOCKS tunnel's event comes when it ends: the order of the last two may vary)
+    assert sorted((e.host, e.port, e.verdict, e.reason, e.address) for e in events) == sorted([
+        ("v6.test", 80, "allowed", "ok", v6), ("v6.test", 443, "allowed", "ok", v6), (v6, 8080, "allowed", "ok", v6),
+        (v6, 443, "allowed", "ok", v6), (v6, 8443, "refused", "ip_literal_not_listed", "")])
+    # the same name unlisted: its unique-local address is special
+    with running(lab, ("v6.test",)) as proxy:
+        assert "special_address" in curl("--proxy", url(proxy), "http://v6.test/echo/6")[1]
 
 
 # ---------------------------------------------------------------- SOCKS5 replies
