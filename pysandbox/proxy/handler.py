@@ -54,6 +54,7 @@ class Connection:
         self.replied = False      # the client got its protocol's answer (200, SOCKS reply)
         self.greeted = False      # SOCKS5: the method was chosen, a request reply may follow
         self.verdict: tuple[str, str] | None = None
+        self.emitted = False
 
     # ---------------------------------------------------------------- life
 
@@ -62,6 +63,7 @@ class Connection:
             await self._serve()
         except Refusal as refusal:
             self._refused(refusal)
+            self._emit()             # before the answer: a client that has it finds the event
             await self._answer_refusal(refusal)
         except (ConnectionError, asyncio.IncompleteReadError, OSError):
             # the client or the upstream went away: once connected, the event says what
@@ -76,8 +78,7 @@ class Connection:
             # the event first: a client that saw its connection close finds it recorded
             if self.verdict is None and self.upstream is not None:
                 self.verdict = (ALLOWED, "ok")
-            if self.verdict is not None:
-                self._emit(*self.verdict)
+            self._emit()
             for w in (self.upstream, self.writer):
                 if w is not None:
                     w.close()
@@ -88,7 +89,12 @@ class Connection:
             if refusal.address:
                 self.address = refusal.address
 
-    def _emit(self, verdict: str, reason: str) -> None:
+    def _emit(self) -> None:
+        """Record the connection's event, once, if it has a verdict."""
+        if self.verdict is None or self.emitted:
+            return
+        self.emitted = True
+        verdict, reason = self.verdict
         self.proxy._record(ProxyEvent(time=time.time(), host=self.host, port=self.port, verdict=verdict,
                                       reason=reason, protocol=self.protocol, bytes_up=self.bytes_up,
                                       bytes_down=self.bytes_down, address=self.address))
