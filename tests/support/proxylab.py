@@ -197,7 +197,7 @@ def netlab(directory: Path, names=NAMES):
             prefix = f"fd{tag[:2]}:{tag[2:6]}:{tag[6:8]}00::"
             _ip("-6", "addr", "add", f"{prefix}1/64", "dev", veth, "nodad")
             _ip("-6", "addr", "add", f"{prefix}2/64", "dev", peer, "nodad", pid=proc.pid)
-            server6 = f"{prefix}2"
+            server6 = str(ipaddress.ip_address(f"{prefix}2"))     # the canonical spelling
         _wait_reachable(server)
         if server6 is not None:
             _wait_reachable(server6)
