@@ -70,12 +70,12 @@ class ProxyEvent:
         return f"proxy refused {self.protocol} {where}{via}: {self.reason} ({REASONS.get(self.reason, '')})"
 
 
-def deliver(event: ProxyEvent, on_event) -> None:
-    """Log ``event`` and hand it to ``on_event``; an exception of the callback is logged,
-    never raised (it runs on the proxy's thread)."""
-    if event.verdict == REFUSED:
+def deliver(event: ProxyEvent, on_event, log: bool = True) -> None:
+    """Log ``event`` (unless ``log`` is false) and hand it to ``on_event``; an exception
+    of the callback is logged, never raised (it runs on the proxy's thread)."""
+    if log and event.verdict == REFUSED:
         logger.warning("%s", event.describe())
-    else:
+    elif log:
         logger.info("%s", event.describe())
     if on_event is not None:
         try:

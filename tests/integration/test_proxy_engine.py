@@ -19,6 +19,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -386,13 +387,21 @@ def test_garbage_never_stops_the_proxy(lab, caplog):
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
-def test_connection_limit_refuses_and_logs_the_excess(lab):
+def test_connection_limit_refuses_and_logs_the_excess(lab, caplog):
     with running(lab, ("pypi.test", *lab.listed), max_connections=3) as proxy:
         idle = [socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) for _ in range(3)]
         assert wait_until(lambda: proxy.active == 3)
-        with socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) as extra:
-            assert read_all(extra) == b""
-        assert [e.reason for e in settled(proxy, 1)] == ["too_many_connections"]
+        began = time.monotonic()
+        for _ in range(20):
+            with socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) as extra:
+                assert read_all(extra) == b""
+        events = settled(proxy, 20)
+        took = time.monotonic() - began
+        assert [e.reason for e in events] == ["too_many_connections"] * 20
+        # each counted and delivered, the flood logged once a second at most
+        assert proxy.counts["refused"] == 20
+        logged = [r for r in caplog.records if "too_many_connections" in r.getMessage()]
+        assert 1 <= len(logged) <= 1 + int(took)
         for s in idle:
             s.close()
         assert wait_until(lambda: proxy.active == 0)
