@@ -3,7 +3,8 @@ counts; the stable reason codes; the delivery to the caller and the logger.
 
 A refused connection's event is emitted when it is refused; an allowed one's when the
 connection ends, with the bytes relayed each way (``bytes_up``: client to upstream,
-``bytes_down``: upstream to client). Every event goes to the ``pysandbox.proxy`` logger
+``bytes_down``: upstream to client); a connection closed before its first byte is
+no event. Every event goes to the ``pysandbox.proxy`` logger
 (refusals at WARNING, the rest at INFO) and to the caller's ``on_event``.
 """
 
