@@ -24,7 +24,11 @@ from .rules import normalise_host, normalise_name
 
 __all__ = ["Connection", "Refusal"]
 
+# The most one read takes, and a stream's buffer (its socket pauses at twice this): about
+# 200 KiB per connection at most, so max_connections bounds the launcher's memory (256 KiB
+# each way would be a third faster in bulk, at 2.5 times the memory).
 CHUNK = 65536
+BUFFER = 65536
 _HTTP_STATUS = {"bad_request": 400, "unsupported_command": 400, "timeout": 408, "resolve_failed": 502,
                 "connect_failed": 502, "too_many_connections": 503}
 _SOCKS_CODE = {"resolve_failed": 0x04, "connect_failed": 0x05, "bad_request": 0x01, "timeout": 0x06,
@@ -244,7 +248,7 @@ class Connection:
                 sock.setblocking(False)
                 async with asyncio.timeout(self.proxy.connect_timeout):
                     await loop.sock_connect(sock, (str(addr), port))
-                self.up_reader, self.upstream = await asyncio.open_connection(sock=sock, limit=CHUNK)
+                self.up_reader, self.upstream = await asyncio.open_connection(sock=sock, limit=BUFFER)
                 self.address = str(addr)
                 return
             except (OSError, TimeoutError) as exc:
