@@ -14,6 +14,7 @@ the client's first bytes are checked: a TLS ClientHello must name the requested 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 
@@ -279,37 +280,32 @@ class Connection:
             await asyncio.gather(up, down, return_exceptions=True)
 
     async def _pump_down(self) -> None:
-        try:
-            while data := await self.up_reader.read(CHUNK):
-                self.writer.write(data)
-                self.bytes_down += len(data)
-                await self.writer.drain()
-        except OSError:
-            pass
-        if self.writer.can_write_eof() and not self.writer.is_closing():
-            try:
-                self.writer.write_eof()
-            except OSError:
-                pass
+        await self._copy(self.up_reader, self.writer, "bytes_down")
 
     async def _pump_up(self, first_check: bool) -> None:
         try:
             first = await self._check_first_bytes() if first_check else b""
-            if first:
-                self.upstream.write(first)
-                self.bytes_up += len(first)
-                await self.upstream.drain()
-            while first is not None and (data := await self.reader.read(CHUNK)):
-                self.upstream.write(data)
-                self.bytes_up += len(data)
-                await self.upstream.drain()
         except OSError:
             return
-        if self.upstream.can_write_eof() and not self.upstream.is_closing():
-            try:
-                self.upstream.write_eof()
-            except OSError:
-                pass
+        await self._copy(self.reader, self.upstream, "bytes_up", first or b"", more=first is not None)
+
+    async def _copy(self, reader, writer, counter: str, first: bytes = b"", more: bool = True) -> None:
+        """``first``, then (with ``more``) what ``reader`` gives until EOF, to ``writer``,
+        counted in ``counter``; then EOF to ``writer`` (a half-close)."""
+        data = first
+        try:
+            while True:
+                if data:
+                    writer.write(data)
+                    setattr(self, counter, getattr(self, counter) + len(data))
+                    await writer.drain()
+                if not more or not (data := await reader.read(CHUNK)):
+                    break
+        except OSError:
+            return
+        if writer.can_write_eof() and not writer.is_closing():
+            with contextlib.suppress(OSError):
+                writer.write_eof()
 
     async def _check_first_bytes(self) -> bytes | None:
         """The client's first bytes through a tunnel, once checked (None: it sent none);
