@@ -45,6 +45,22 @@ def which_limit(limits: Limits, returncode: int | None, hits: dict, wall_fired: 
     return None
 
 
+def host_limits() -> dict:
+    """Which limits this launcher can enforce here, and how or why not: ``{limit:
+    {"available", "mechanism", "reason", "detail"}}`` (``pysandbox status``). The cgroup
+    limits are probed by making and removing an empty cgroup of ours."""
+    from .cgroup import host_support
+    out = {}
+    for kind, mechanism in (("cpu_time", "RLIMIT_CPU"), ("file_size", "RLIMIT_FSIZE"),
+                            ("open_files", "RLIMIT_NOFILE"), ("wall_time", "launcher deadline")):
+        out[kind] = {"available": True, "mechanism": mechanism, "reason": None, "detail": ""}
+    for kind in ("memory", "pids"):
+        ok, reason, detail = host_support(kind)
+        out[kind] = {"available": ok, "mechanism": detail if ok else "cgroup", "reason": reason,
+                     "detail": "" if ok else detail}
+    return out
+
+
 class LimitedChild:
     """A backend's child under ``limits``, in ``cgroups`` (or None)."""
 
