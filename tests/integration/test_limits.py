@@ -269,7 +269,7 @@ def test_read_only_cgroup_tree_is_controller_not_delegated(backend, tmp_path):
     fake = tmp_path / "ro"
     fake.mkdir()
     script = (f'mount -t tmpfs none "$1" && mkdir -p "$1/pids{path if path != "/" else ""}" && '
-              f'mount -o remount,ro "$1" && PYSANDBOX_CGROUP_ROOT="$1" exec "$2" -c "$3"')
+              f'mount -o remount,ro,bind "$1" && PYSANDBOX_CGROUP_ROOT="$1" exec "$2" -c "$3"')
     flags = ["-m"] if os.geteuid() == 0 else ["-Urm"]
     done = subprocess.run(["unshare", *flags, "sh", "-c", script, "sh", str(fake), sys.executable,
                            textwrap.dedent(NOT_DELEGATED.format(backend=backend))],
