@@ -174,7 +174,11 @@ def pty_step():
     except OSError as x:
         return x.errno or 22
 def set_rlimits():
-    # the sandbox's rlimits (pysandbox/limits.py), after every descriptor of the setup
+    # the sandbox's rlimits (pysandbox/limits.py), after every descriptor of the setup;
+    # and SIGPIPE, SIGXFSZ back to default (Python ignores them; exec would keep that,
+    # and a file_size limit would be EFBIG, not SIGXFSZ, as native/psb_child.c resets them)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
     import resource
     try:
         for res, soft, hard in rlimits:
@@ -212,9 +216,10 @@ if pid == 0:
         e = landlock()
         if e:
             e = (10 << 16) | (e & 0xffff)
-        elif set_rlimits():
-            e = (12 << 16) | (set_rlimits() & 0xffff)
         else:
+            e = set_rlimits()
+            e = (12 << 16) | (e & 0xffff) if e else 0
+        if not e:
             e = apply_filters()
             if e:
                 e = (6 << 16) | (e & 0xffff)

@@ -300,3 +300,61 @@ def test_cli_names_the_limit(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pysandbox", "run", "--no-workdir", "--limit-cpu", "1", "--",
                            *_py(SPIN)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 128 + signal.SIGXCPU and "pysandbox: limit: cpu_time 1s reached" in done.stderr
+
+
+def test_bwrap_python_init_sets_the_rlimits(monkeypatch):
+    """The bwrap backend's Python fallback init (no native module) applies -R as the C one."""
+    from tests.support import force_python_bwrap_init
+    force_python_bwrap_init(monkeypatch)
+    done = pysandbox.run(["sh", "-c", "ulimit -n; ulimit -c; ulimit -f"],
+                         policy=_policy(open_files=12, file_size="1M"), backend="bwrap", capture_output=True,
+                         timeout=60)
+    assert done.stdout.split() == [b"12", b"0", b"2048"], done
+    big = pysandbox.run(WRITE, policy=_policy(file_size="64K"), backend="bwrap", timeout=60, capture_output=True)
+    assert big.returncode == -signal.SIGXFSZ and big.limit == "file_size"
+
+
+ESCAPE = """
+    import os, sys
+    mine = open("/proc/self/cgroup").read()
+    tried = []
+    for line in mine.splitlines():
+        _h, names, path = line.split(":", 2)
+        if "pysandbox-" not in path:
+            continue
+        for controller in names.split(","):
+            parent = "/sys/fs/cgroup/" + controller + os.path.dirname(path)
+            for name in ("cgroup.procs", "tasks"):
+                try:
+                    with open(os.path.join(parent, name), "w") as f:
+                        f.write(str(os.getpid()))
+                    tried.append("moved")
+                except OSError as exc:
+                    tried.append(exc.errno)
+    still = sum("pysandbox-" in line for line in open("/proc/self/cgroup").read().splitlines())
+    print(len(tried), "moved" in tried, still)
+"""
+
+
+def test_root_inside_cannot_leave_its_cgroup(backend):
+    """uid 0 of the sandbox tries to move itself to the parent cgroup (the launcher's):
+    refused, and it is still in every cgroup of its launch."""
+    if not cgroup_or_fail_closed("pids", backend):
+        return
+    done = pysandbox.run(_py(ESCAPE), policy=_policy(pids=32, memory="64M").replace(uid=0, gid=0), backend=backend,
+                         capture_output=True, timeout=60)
+    tried, moved, still = done.stdout.split()
+    assert int(tried) >= 2 and moved == b"False" and int(still) >= 1, done
+    # live control: the launcher (the host's side) can move a process of its own there
+    ok = pysandbox.Popen(["sleep", "30"], policy=_policy(pids=32), backend=backend)
+    try:
+        group = ok._child.cgroups.groups[0]
+        target = os.path.join(os.path.dirname(group.path), "cgroup.procs")
+        with open(os.path.join(group.path, "cgroup.procs")) as f:
+            first = int(f.read().split()[0])
+        with open(target, "w") as f:
+            f.write(str(first))
+        assert first not in group.pids()
+    finally:
+        ok.kill()
+        ok.wait()
