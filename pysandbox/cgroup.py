@@ -285,26 +285,20 @@ def _enable(parent: str, controllers: list[str]) -> None:
 
 
 def _set_limit(group: Cgroup, controller: str, value: int) -> None:
-    limit_file = _FILES[(controller, group.version)][0]
-    try:
-        _write(os.path.join(group.path, limit_file), str(value))
-    except OSError as exc:
-        raise _fail(controller, f"writing {group.path}/{limit_file}", exc) from None
-    if controller == "memory" and group.version == 1:
-        # with swap accounting, the same limit on memory + swap: no escape into swap
-        memsw = os.path.join(group.path, "memory.memsw.limit_in_bytes")
-        if os.path.exists(memsw):
-            try:
-                _write(memsw, str(value))
-            except OSError as exc:
-                raise _fail(controller, f"writing {memsw}", exc) from None
-    if controller == "memory" and group.version == 2:
-        swap = os.path.join(group.path, "memory.swap.max")
-        if os.path.exists(swap):
-            try:
-                _write(swap, "0")
-            except OSError as exc:
-                raise _fail(controller, f"writing {swap}", exc) from None
+    writes = [(_FILES[(controller, group.version)][0], str(value), True)]
+    if controller == "memory":
+        # with swap accounting, no escape into swap: v1 limits memory + swap to the same
+        # value, v2 allows no swap (each only where the file exists)
+        writes.append(("memory.memsw.limit_in_bytes", str(value), False) if group.version == 1
+                      else ("memory.swap.max", "0", False))
+    for name, text, required in writes:
+        path = os.path.join(group.path, name)
+        if not required and not os.path.exists(path):
+            continue
+        try:
+            _write(path, text)
+        except OSError as exc:
+            raise _fail(controller, f"writing {path}", exc) from None
 
 
 def host_support(controller: str, root: str | None = None) -> tuple[bool, str | None, str]:
