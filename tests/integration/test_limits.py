@@ -358,3 +358,13 @@ def test_root_inside_cannot_leave_its_cgroup(backend):
     finally:
         ok.kill()
         ok.wait()
+
+
+def test_asyncio_run_reports_the_limit(backend):
+    import asyncio
+    from pysandbox import aio
+
+    async def main():
+        return await aio.run(["sleep", "30"], policy=_policy(wall_time=0.5), backend=backend, timeout=60)
+    done = asyncio.run(main())
+    assert done.returncode == -signal.SIGKILL and done.limit == "wall_time"
