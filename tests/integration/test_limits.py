@@ -368,3 +368,21 @@ def test_asyncio_run_reports_the_limit(backend):
         return await aio.run(["sleep", "30"], policy=_policy(wall_time=0.5), backend=backend, timeout=60)
     done = asyncio.run(main())
     assert done.returncode == -signal.SIGKILL and done.limit == "wall_time"
+
+
+def test_status_reports_each_limit(tmp_path, monkeypatch):
+    from pysandbox.status import clear_cache, status
+    clear_cache()
+    st = status()
+    assert set(st.limits) == {"memory", "pids", "cpu_time", "wall_time", "file_size", "open_files"}
+    assert all(st.limits[k]["available"] for k in ("cpu_time", "wall_time", "file_size", "open_files"))
+    for kind in ("memory", "pids"):
+        ok, reason, _detail = host_support(kind)
+        assert st.limits[kind]["available"] is ok and st.limits[kind]["reason"] == reason
+    # a host without a cgroup hierarchy (an empty fake root): each cgroup limit says why,
+    # and a policy asking for one is not available here
+    monkeypatch.setenv("PYSANDBOX_CGROUP_ROOT", str(tmp_path))
+    st = status(Policy.default(limits=Limits(pids=10)))
+    assert st.limits["pids"]["reason"] == "cgroup_unavailable" and not st.limits["pids"]["available"]
+    assert not st.available and st.reason == "cgroup_unavailable"
+    assert status(Policy.default(limits=Limits(cpu_time=5))).available   # rlimits need no cgroup
