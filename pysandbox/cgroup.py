@@ -263,8 +263,9 @@ def place_pid(procs_files, pid: int) -> None:
         try:
             _write(path, str(pid))
         except OSError as exc:
-            raise _fail(os.path.basename(os.path.dirname(os.path.dirname(path))), f"placing the sandbox in "
-                        f"{os.path.dirname(path)}", exc) from None
+            reason = Reason.CONTROLLER_NOT_DELEGATED if exc.errno in _NOT_DELEGATED else Reason.CGROUP_UNAVAILABLE
+            raise LimitUnavailable(f"placing the sandbox in its cgroup {os.path.dirname(path)} failed "
+                                   f"({exc.strerror}); the command did not run", reason, exc.errno) from None
 
 
 def _enable(parent: str, controllers: list[str]) -> None:

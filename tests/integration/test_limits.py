@@ -386,3 +386,31 @@ def test_status_reports_each_limit(tmp_path, monkeypatch):
     assert st.limits["pids"]["reason"] == "cgroup_unavailable" and not st.limits["pids"]["available"]
     assert not st.available and st.reason == "cgroup_unavailable"
     assert status(Policy.default(limits=Limits(cpu_time=5))).available   # rlimits need no cgroup
+
+
+def test_a_refused_placement_fails_closed(backend, tmp_path, monkeypatch):
+    """The kernel refusing the sandbox's move into its cgroup (simulated: a cgroup.procs
+    that is not there) ends the launch before the command runs, and the cgroups are
+    closed; live control: the same launch with the placement working runs."""
+    from pysandbox import enforcement, process
+
+    class Fake:
+        def __init__(self, procs):
+            self.procs_files, self.closed = procs, 0
+
+        def close(self):
+            self.closed += 1
+            return {}
+    marker = tmp_path / "ran"
+    policy = Policy.default(workdir=str(tmp_path), limits=Limits(pids=32))
+    fake = Fake((str(tmp_path / "missing" / "cgroup.procs"),))
+    monkeypatch.setattr(process, "prepare", lambda limits: fake)
+    with pytest.raises(LimitUnavailable):
+        pysandbox.run(["touch", str(marker)], policy=policy, backend=backend, timeout=60)
+    assert not marker.exists() and fake.closed == 1
+    real = tmp_path / "procs"
+    real.write_text("")
+    fake = Fake((str(real),))   # a plain file takes the write: the launch goes on
+    done = pysandbox.run(["touch", str(marker)], policy=policy, backend=backend, timeout=60)
+    assert done.returncode == 0 and marker.exists() and fake.closed == 1
+    assert enforcement.prepare is not process.prepare   # only the process layer's name was replaced
