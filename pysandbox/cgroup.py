@@ -232,7 +232,6 @@ class Cgroups:
     def procs_files(self) -> tuple[str, ...]:
         return tuple(os.path.join(g.path, "cgroup.procs") for g in self.groups)
 
-
     def close(self, timeout: float = 10.0) -> dict[str, int]:
         """Kill whatever is left in our cgroups, read the hit counters, remove them.
         Returns ``{controller: times its limit was hit}``. Idempotent."""
