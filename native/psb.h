@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 3
+#define PSB_ABI_VERSION 4
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -62,6 +62,11 @@ enum psb_op_kind {
     PSB_OP_LANDLOCK,          /* the command's process only (after INIT): enter a Landlock
                                  domain of its own (see psb_op_landlock); the exec'd init is
                                  then made dumpable, since nothing in the domain can reach it */
+    PSB_OP_RLIMIT,            /* the command's process only (after INIT): n=resource m=soft
+                                 mode=hard (-1: unlimited), recorded here and set right
+                                 before its exec (psb_exec), after every descriptor of the
+                                 setup (pty included) is open: a low RLIMIT_NOFILE never
+                                 breaks the setup (pysandbox/limits.py) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */

@@ -26,6 +26,9 @@
  *                 (SCM_RIGHTS) and close it and FD; a new session with the slave as
  *                 controlling terminal; the slave becomes descriptor n for each bit
  *                 1 << n of MASK; WS (rows << 16 | cols, decimal; 0: none) its size
+ *   -R RES SOFT HARD  setrlimit(RES) in the command's process right before its seccomp
+ *                 filters and exec, after the pty (pysandbox/limits.py): the setup is
+ *                 never under them
  *   -x            exec mode: no fork; after the setup, write STARTED and exec the
  *                 command in this process (as_pid_1, or no pid namespace); an exec
  *                 failure is FAILED after STARTED and exit 126
@@ -73,6 +76,7 @@ PSB_START(psb_binit_main);
 #define NR_SETSID 112
 #define NR_GETSID 124
 #define NR_OPENAT 257
+#define NR_PRLIMIT64 302
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -129,6 +133,8 @@ PSB_START(psb_binit_main);
 #define F_LIFELINE 9
 #define F_LANDLOCK 10
 #define F_PTY 11
+#define F_RLIMIT 12
+#define MAX_RLIMITS 8
 #define O_RDWR 2
 #define O_NOCTTY 0400
 #define TIOCSCTTY 0x540E
@@ -236,6 +242,20 @@ static long open_pty(long sock, long mask, long ws)
 }
 
 static long status_fd = -1;
+static unsigned long rlimits[MAX_RLIMITS][3];
+static int nrlimits;
+
+/* Runs in the command's process: the sandbox's rlimits. Returns 0 or -errno. */
+static long set_rlimits(void)
+{
+    for (int k = 0; k < nrlimits; k++) {
+        unsigned long lim[2] = { rlimits[k][1], rlimits[k][2] };
+        long r = sys6(NR_PRLIMIT64, 0, (long)rlimits[k][0], (long)lim, 0, 0, 0);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
 
 static void put(unsigned int word)
 {
@@ -342,6 +362,15 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(F_USAGE, i);
             sys6(NR_FCNTL, pty_sock, F_SETFD, FD_CLOEXEC, 0, 0, 0);
             i += 3;
+        } else if (streq(o, "-R") && i + 3 < argc) {
+            long res = parse(argv[i + 1]), soft = parse(argv[i + 2]), hard = parse(argv[i + 3]);
+            if (nrlimits >= MAX_RLIMITS || res < 0 || soft < 0 || hard < 0)
+                fail(F_USAGE, i);
+            rlimits[nrlimits][0] = (unsigned long)res;
+            rlimits[nrlimits][1] = (unsigned long)soft;
+            rlimits[nrlimits][2] = (unsigned long)hard;
+            nrlimits++;
+            i += 3;
         } else if (streq(o, "-x")) {
             exec_mode = 1;
         } else if (streq(o, "-L")) {
@@ -399,6 +428,9 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             if (e < 0)
                 fail(F_PTY, -e);
         }
+        long lr = set_rlimits();
+        if (lr < 0)
+            fail(F_RLIMIT, -lr);
         sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
         for (int k = 0; k < nfilters; k++) {
             struct sock_fprog prog = { filter_len[k], filters[k] };
@@ -433,6 +465,11 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             long e = psb_landlock_self();
             if (e < 0)
                 err = (F_LANDLOCK << 16) | (-e & 0xffff);
+        }
+        if (err == 0) {
+            long e = set_rlimits();
+            if (e < 0)
+                err = (F_RLIMIT << 16) | (-e & 0xffff);
         }
         for (int k = 0; k < nfilters && err == 0; k++) {
             struct sock_fprog prog = { filter_len[k], filters[k] };

@@ -143,6 +143,14 @@ static void psb_exec(struct psb_child *c)
     sigprocmask(SIG_SETMASK, &none, NULL);
 
     umask(c->old_umask);
+    /* The sandbox's rlimits (pysandbox/limits.py), last: every descriptor of the setup is
+     * open and nothing of ours runs after them but execve. */
+    for (int k = 0; k < c->nrlimits; k++) {
+        const struct psb_op *op = &c->plan->ops[c->rlimit_op[k]];
+        struct rlimit rl = { (rlim_t)op->m, (rlim_t)op->mode };
+        if (setrlimit((int)op->n, &rl) != 0)
+            psb_fail(c, PSB_STAGE_OP, c->rlimit_op[k], errno);
+    }
     /* The candidates Python computed (pysandbox/execpath.py), tried in order. A name
      * that was not searched has one candidate and reports its own error. */
     const char *cand = l->cand;
@@ -416,6 +424,15 @@ static void psb_child_main(struct psb_child *c, int start)
         }
         case PSB_OP_LANDLOCK:
             r = psb_op_landlock();
+            break;
+        case PSB_OP_RLIMIT:
+            if (c->nrlimits >= PSB_MAX_RLIMITS) {
+                errno = E2BIG;
+                r = -1;
+                break;
+            }
+            c->rlimit_op[c->nrlimits++] = i;
+            r = 0;
             break;
         case PSB_OP_CHECK_PATH: {
             int fd = psb_open_in(c, P(c, op->a), O_PATH, 0, 1);

@@ -103,6 +103,8 @@ struct psb_record {
 
 /* Child-side state. The child is a private copy of the parent's memory (no CLONE_VM),
  * so these statics are per child. */
+#define PSB_MAX_RLIMITS 8
+
 struct psb_child {
     const struct psb_plan *plan;
     const struct psb_launch *launch;
@@ -122,6 +124,8 @@ struct psb_child {
     int last_hop;         /* index of the plan's last HOP op, or -1 */
     mode_t old_umask;     /* the caller's, restored before exec (setup runs with 0, as bwrap) */
     int oldroot_fd;       /* O_PATH of the host root (/oldroot) during setup, or -1 */
+    int nrlimits;         /* RLIMIT ops recorded, set by psb_exec right before the exec */
+    int rlimit_op[PSB_MAX_RLIMITS];
 };
 
 #define S(c, off) ((off) < 0 ? NULL : (c)->plan->strtab + (off))  /* optional string */

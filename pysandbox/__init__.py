@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendUnavailable", "Bind", "BwrapArgumentError", "BwrapNotFound", "BwrapOptionUnsupported",
     "BwrapProbeFailed", "CalledProcessError", "CapabilityUnavailable", "Chmod", "CompletedProcess",
-    "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "NativeModuleMissing", "Network",
+    "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "LimitUnavailable", "Limits", "Mqueue", "NativeModuleMissing", "Network",
     "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "Overlay", "PIPE", "Policy", "PolicyError", "Popen",
     "Pool", "Proc", "Reason", "Sandbox", "SessionError", "SessionProcess", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
     "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "call", "check_call",
@@ -29,14 +29,14 @@ __all__ = [
 # public name -> the submodule that defines it
 _HOME = {
     **dict.fromkeys(("BackendUnavailable", "BwrapArgumentError", "BwrapNotFound", "BwrapOptionUnsupported",
-                     "BwrapProbeFailed", "CapabilityUnavailable", "NativeModuleMissing", "NetworkModeUnsupported",
-                     "NetworkNamespaceUnavailable", "PolicyError", "Reason", "SandboxError", "SetuidRejected",
+                     "BwrapProbeFailed", "CapabilityUnavailable", "LimitUnavailable", "NativeModuleMissing",
+                     "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "PolicyError", "Reason", "SandboxError", "SetuidRejected",
                      "SessionError", "SetupError", "UserNamespaceUnavailable"), "errors"),
     **dict.fromkeys(("Bind", "Chmod", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "Network", "Overlay",
                      "Policy", "Proc", "RemountRo", "Symlink", "Tmpfs"), "policy"),
     **dict.fromkeys(("DEVNULL", "PIPE", "STDOUT", "CalledProcessError", "CompletedProcess", "Popen",
                      "SandboxProcess", "TimeoutExpired", "call", "check_call", "check_output", "run"), "process"),
-    "status": "status", "Sandbox": "session", "SessionProcess": "session", "Pool": "pool",
+    "Limits": "limits", "status": "status", "Sandbox": "session", "SessionProcess": "session", "Pool": "pool",
 }
 # the submodules `import pysandbox` used to import, still reachable as attributes
 _SUBMODULES = frozenset(("_popen", "backends", "checks", "errors", "execpath", "fs", "lifecycle", "memfd", "ops",
@@ -45,9 +45,10 @@ _SUBMODULES = frozenset(("_popen", "backends", "checks", "errors", "execpath", "
 TYPE_CHECKING = False
 if TYPE_CHECKING:   # what type checkers and IDEs read; at run time __getattr__ imports these
     from .errors import (BackendUnavailable, BwrapArgumentError, BwrapNotFound, BwrapOptionUnsupported,
-                         BwrapProbeFailed, CapabilityUnavailable, NativeModuleMissing, NetworkModeUnsupported,
-                         NetworkNamespaceUnavailable, PolicyError, Reason, SandboxError, SessionError,
-                         SetuidRejected, SetupError, UserNamespaceUnavailable)
+                         BwrapProbeFailed, CapabilityUnavailable, LimitUnavailable, NativeModuleMissing,
+                         NetworkModeUnsupported, NetworkNamespaceUnavailable, PolicyError, Reason, SandboxError,
+                         SessionError, SetuidRejected, SetupError, UserNamespaceUnavailable)
+    from .limits import Limits
     from .policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Overlay, Policy, Proc,
                          RemountRo, Symlink, Tmpfs)
     from .pool import Pool

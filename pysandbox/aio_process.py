@@ -79,6 +79,11 @@ class Process:
         return self._popen.args
 
     @property
+    def limit(self) -> str | None:
+        """The resource limit that ended the command (pysandbox/limits.py), or None."""
+        return getattr(self._popen, "limit", None)
+
+    @property
     def returncode(self) -> int | None:
         """The returncode once the end was learnt, else None."""
         fut = self._exit
@@ -300,6 +305,11 @@ async def run_flow(create, *, input, capture_output: bool, timeout, check: bool,
         await _end(proc, talk)
         raise
     retcode = proc.returncode
+    limit = proc.limit
     if check and retcode:
-        raise CalledProcessError(retcode, proc.args, output=stdout, stderr=stderr)
-    return CompletedProcess(proc.args, retcode, stdout, stderr)
+        exc = CalledProcessError(retcode, proc.args, output=stdout, stderr=stderr)
+        exc.limit = limit
+        raise exc
+    done = CompletedProcess(proc.args, retcode, stdout, stderr)
+    done.limit = limit
+    return done

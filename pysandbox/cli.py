@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from . import __version__
+from . import __version__, cli_limits
 from .lifecycle import KILL_GRACE, exit_status, stop
 
 EXIT_SETUP = 125
@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="pass descriptor FD (>= 3) to the command (repeatable)")
     run.add_argument("--timeout", metavar="SECONDS", type=_seconds,
                      help="after SECONDS: SIGTERM to the command, SIGKILL to the sandbox 2 s later")
+    cli_limits.add_arguments(run)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
 
     st = sub.add_parser("status", help="what works here, per backend, capability and network mode",
@@ -177,9 +178,8 @@ def _backend_arg(parser):
 
 
 def _profile_arg(parser):
-    parser.add_argument("--profile", metavar="FILE|NAME",
-                        help="read the policy from a TOML profile: a file (a path with '/' or ending in .toml) "
-                             "or a shipped profile's name (agent, ci, inspect); options given here win")
+    parser.add_argument("--profile", metavar="FILE|NAME", help="read the policy from a TOML profile: a file (a path "
+                        "with '/' or ending in .toml) or a shipped profile's name (agent, ci, inspect); options given here win")
 
 
 def _fd(text: str) -> int:
@@ -267,6 +267,7 @@ def _policy(args, profile=None):
     if args.share_session:
         kw["new_session"] = False
     kw["pass_fds"] = tuple(args.pass_fd)
+    kw["limits"] = cli_limits.merged(kw.get("limits"), args)
     for flag in ("keep_authority_sockets", "strict_unix", "allow_io_uring"):
         if getattr(args, flag):
             kw[flag] = True
@@ -358,8 +359,7 @@ def _run(parser, args, profile=None) -> int:
 
 
 def _start_failed(command, exc: OSError) -> int:
-    """The exit status and line for a command that did not start (a SandboxError is the
-    caller's to report: raised again)."""
+    """The exit status and line for a command that did not start (a SandboxError: raised again)."""
     from .errors import Reason, SandboxError
     if isinstance(exc, SandboxError):
         raise exc
@@ -395,13 +395,16 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
         _say(f"timeout: {args.timeout:g} seconds passed; SIGTERM to the command, "
              f"SIGKILL to the sandbox {GRACE:g} seconds later")
         code = stop(proc, GRACE)
+    cli_limits.report(proc)
     return exit_status(code)
 
 
 def _run_in_terminal(args, command, policy) -> int:
     from .terminal import run_in_terminal
+    procs: list = []
 
     def started(proc):
+        procs.append(proc)
         if args.verbose:
             import logging
             logging.getLogger("pysandbox").info("pysandbox: backend %s (pid %d), terminal of its own",
@@ -415,6 +418,7 @@ def _run_in_terminal(args, command, policy) -> int:
                                timeout=args.timeout, on_start=started, on_timeout=timed_out, grace=GRACE)
     except OSError as exc:
         return _start_failed(command, exc)
+    cli_limits.report(*procs)
     return exit_status(code)
 
 

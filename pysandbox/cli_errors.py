@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import re
 
+from . import cli_limits
+
 # Policy field (PolicyError.field) -> the option that sets it
 OPTION_OF = {"chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
-             "tmpfs": "--tmpfs", "profile": "--profile"}
+             "tmpfs": "--tmpfs", "profile": "--profile", **cli_limits.OPTION_OF}
 _STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
 
 

@@ -4,7 +4,8 @@ SandboxError
 ├─ PolicyError(ValueError)             invalid policy; BwrapArgumentError
 ├─ BackendUnavailable(RuntimeError)    BwrapNotFound, SetuidRejected, NativeModuleMissing,
 │                                      BwrapOptionUnsupported, BwrapProbeFailed
-├─ CapabilityUnavailable(OSError)      UserNamespaceUnavailable, NetworkNamespaceUnavailable, ...
+├─ CapabilityUnavailable(OSError)      UserNamespaceUnavailable, NetworkNamespaceUnavailable,
+│                                      LimitUnavailable, ...
 ├─ SessionError(RuntimeError)          a session cannot start, is closed or was lost
 └─ SetupError(OSError)                 .stage .op .errno .filename
 
@@ -37,6 +38,9 @@ class Reason(str, enum.Enum):
     NETWORK_MODE_UNSUPPORTED = "network_mode_unsupported"
     BWRAP_INIT_UNAVAILABLE = "bwrap_init_unavailable"
     TERMINAL_UNAVAILABLE = "terminal_unavailable"
+    # resource limits (pysandbox/limits.py, pysandbox/cgroup.py)
+    CGROUP_UNAVAILABLE = "cgroup_unavailable"
+    CONTROLLER_NOT_DELEGATED = "controller_not_delegated"
     # launch
     SETUP_FAILED = "setup_failed"
     PARENT_DIED = "parent_died"
@@ -138,6 +142,19 @@ class NetworkModeUnsupported(CapabilityUnavailable):
     default_reason = Reason.NETWORK_MODE_UNSUPPORTED
 
 
+class LimitUnavailable(CapabilityUnavailable):
+    """A requested resource limit cannot be enforced here (no cgroup with its controller:
+    ``cgroup_unavailable``; one the launcher may not create a cgroup in or write:
+    ``controller_not_delegated``). ``limit`` names it (``"memory"``, ``"pids"``)."""
+
+    default_reason = Reason.CGROUP_UNAVAILABLE
+
+    def __init__(self, message: str, reason: Reason | None = None, errno: int | None = None,
+                 limit: str | None = None, **details):
+        super().__init__(message, reason, errno, **details)
+        self.limit = limit
+
+
 class SessionError(SandboxError, RuntimeError):
     """A session (pysandbox/session.py) cannot start, is closed, or was lost."""
 
@@ -180,6 +197,8 @@ _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.BWRAP_IN_WRITABLE_PATH: BackendUnavailable,
     Reason.NATIVE_MODULE_MISSING: NativeModuleMissing,
     Reason.BWRAP_INIT_UNAVAILABLE: BackendUnavailable,
+    Reason.CGROUP_UNAVAILABLE: LimitUnavailable,
+    Reason.CONTROLLER_NOT_DELEGATED: LimitUnavailable,
 }
 
 

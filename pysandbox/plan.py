@@ -42,6 +42,8 @@ class Plan:
     die_with_parent: bool = True      # the caller's death ends the sandbox
     network: P.Network = P.Network()  # mode; ``new_namespace``: the ops unshare "net"
     writable_paths: tuple = ()        # host paths the sandbox can write (binds, overlay uppers)
+    rlimits: tuple = ()               # (resource, soft, hard) set in the command's process right
+                                      # before its exec (limits.py); the setup is never under them
 
     @property
     def namespaces(self) -> frozenset:
@@ -153,7 +155,8 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
     ops.append(Chdir(policy.chdir or "/"))
     return Plan(ops=tuple(ops), argv0=policy.argv0, as_pid_1=policy.as_pid_1,
                 die_with_parent=policy.die_with_parent, network=policy.network,
-                writable_paths=writable_host_paths(policy))
+                writable_paths=writable_host_paths(policy),
+                rlimits=policy.limits.rlimits() if policy.limits is not None else ())
 
 
 def check_terminal(plan: Plan) -> None:

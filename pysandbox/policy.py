@@ -17,6 +17,7 @@ from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
                  Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
+from .limits import Limits
 from .records import dataclass, field, replace
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
@@ -181,6 +182,7 @@ class Policy:
     userns_fd: int | None = None           # join this user namespace instead of creating one
     pidns_fd: int | None = None            # join this pid namespace ("pid": a new one inside it)
     userns2_fd: int | None = None          # after the setup, switch to this user namespace
+    limits: Limits | None = None           # resource limits (limits.py); None: none
 
     def __post_init__(self):
         fs = as_tuple(self.fs, "fs")
@@ -242,6 +244,10 @@ class Policy:
                                   "at most 4096 instructions", Reason.INVALID_VALUE, prog)
         set_field(self, "seccomp", tuple(bytes(p) for p in progs))
         self._check_block_fds(fds)
+        if self.limits is not None and not isinstance(self.limits, Limits):
+            raise PolicyError("limits must be a Limits", Reason.INVALID_VALUE, self.limits, field="limits")
+        if self.limits is not None and not self.limits.any:
+            set_field(self, "limits", None)
         if self.argv0 is not None and (not isinstance(self.argv0, str) or "\x00" in self.argv0):
             raise PolicyError("argv0 must be a string without NUL", Reason.INVALID_VALUE, self.argv0)
 

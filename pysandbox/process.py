@@ -21,6 +21,7 @@ from .checks import check_path
 from .backends import select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
+from .enforcement import LimitedChild, prepare
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
@@ -167,11 +168,31 @@ class SandboxProcess(BackendPopen):
         super().__init__(argv, pass_fds=(), **kwargs)
 
     def _start_child(self, argv, stdin, stdout, stderr):
+        limits = self.policy.limits
+        cgroups = prepare(limits)   # before anything starts: a limit not enforceable fails closed
         launch = Launch(argv=argv, env=self._sandbox_env, stdin=stdin, stdout=stdout, stderr=stderr,
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
                         close_in_setup=self._close_in_setup, pty_socket=self._pty[0], pty_stdio=self._pty[1],
-                        pty_winsize=self._pty[2])
-        return self.backend.spawn(self.plan, launch)
+                        pty_winsize=self._pty[2], cgroup_procs=cgroups.procs_files if cgroups else ())
+        try:
+            child = self.backend.spawn(self.plan, launch)
+        except BaseException:
+            if cgroups is not None:
+                cgroups.close()
+            raise
+        return child if limits is None else LimitedChild(child, limits, cgroups)
+
+    def _execute_child(self, *args):
+        super()._execute_child(*args)
+        if isinstance(self._child, LimitedChild):   # the wall-time deadline starts with the command
+            self._child.start_deadline(lambda: self.send_signal(signal.SIGKILL))
+
+    @property
+    def limit(self) -> str | None:
+        """The resource limit that ended the command (``"memory"``, ``"pids"``,
+        ``"cpu_time"``, ``"file_size"``, ``"wall_time"``; pysandbox/limits.py), or None;
+        known once the command was reaped (``returncode`` set)."""
+        return getattr(self._child, "limit", None)
 
     def forward_signal(self, sig) -> None:
         """Deliver ``sig`` to the sandboxed command through the backend, without reaping
@@ -302,6 +323,11 @@ def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill
             proc.kill()
             raise
         retcode = proc.poll()
+        limit = getattr(proc, "limit", None)
         if check and retcode:
-            raise CalledProcessError(retcode, proc.args, output=stdout, stderr=stderr)
-    return CompletedProcess(proc.args, retcode, stdout, stderr)
+            exc = CalledProcessError(retcode, proc.args, output=stdout, stderr=stderr)
+            exc.limit = limit
+            raise exc
+    done = CompletedProcess(proc.args, retcode, stdout, stderr)
+    done.limit = limit   # the resource limit that ended the command, or None (SandboxProcess.limit)
+    return done

@@ -30,6 +30,14 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     unset = ["PYTHONPATH"]
     set = { LC_ALL = "C.UTF-8" }
 
+    [limits]                                       # resource limits (pysandbox/limits.py)
+    memory = "512M"                                # the whole sandbox (a cgroup)
+    pids = 256                                     # processes and threads (a cgroup)
+    cpu_time = 60                                  # CPU seconds per process (RLIMIT_CPU)
+    wall_time = 600                                # seconds, then the sandbox is killed
+    file_size = "1G"                               # largest file written (RLIMIT_FSIZE)
+    open_files = 1024                              # descriptors per process (RLIMIT_NOFILE)
+
     [run]                                          # launch settings: the CLI's, not the Policy's
     backend = "auto"
     timeout = 600                                  # seconds
@@ -65,11 +73,14 @@ _TOP = {
     **{k: "a list of paths" for k in _PATHS}, "chdir": "a path or .",
     **{k: "true or false" for k in _FLAGS}, "hostname": "a string", "uid": "an integer",
     "gid": "an integer", "caps_keep": "a list of capability names", "env": "a table", "run": "a table",
+    "limits": "a table",
 }
 _ENV = {"clear": "true or false", "keep": "a list of names", "unset": "a list of names",
         "set": "a table of name = \"value\""}
 _RUN = {"backend": "a string", "timeout": "a number of seconds"}
-_TABLES = {"": _TOP, "env": _ENV, "run": _RUN}
+_LIMITS = {"memory": "a size", "pids": "an integer", "cpu_time": "an integer", "wall_time": "a number of seconds",
+           "file_size": "a size", "open_files": "an integer"}
+_TABLES = {"": _TOP, "env": _ENV, "run": _RUN, "limits": _LIMITS}
 
 
 # The shipped profiles: package data next to this module (pyproject's package-data).
@@ -155,6 +166,13 @@ class Profile:
                                 unset=tuple(env.get("unset", ())), keep=env.get("keep"))
             except PolicyError as exc:
                 raise self.error(_env_key(exc, env), exc.args[0], exc.reason, exc.value) from None
+        limits = {k[7:]: v for k, v in self.values.items() if k.startswith("limits.")}
+        if limits:
+            from .limits import Limits
+            try:
+                kw["limits"] = Limits(**limits)
+            except PolicyError as exc:
+                raise self.error(f"limits.{exc.field}", exc.args[0], exc.reason, exc.value) from None
         return kw
 
     def policy(self, policy_cls, env_cls, **overrides):
@@ -230,7 +248,7 @@ def _check(profile: Profile, doc: dict) -> None:
     for key, value in doc.items():
         if key not in _TOP:
             raise _unknown(profile, "", key)
-        if key in ("env", "run"):
+        if key in ("env", "run", "limits"):
             if not isinstance(value, dict):
                 raise profile.error(key, f"must be {_TOP[key]} ([{key}])")
             for sub, subvalue in value.items():
@@ -246,7 +264,7 @@ def _check(profile: Profile, doc: dict) -> None:
 def _unknown(profile: Profile, table: str, key: str) -> PolicyError:
     known = list(_TABLES[table])
     if table == "":
-        known += [f"{t}.{k}" for t in ("env", "run") for k in _TABLES[t]]
+        known += [f"{t}.{k}" for t in ("env", "run", "limits") for k in _TABLES[t]]
     close = _close(key, known)
     full = f"{table}.{key}" if table else key
     hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(_TABLES[table])})"
@@ -285,6 +303,9 @@ def _value(profile: Profile, key: str, kind: str, value):
             raise bad
         if kind == "a list of paths":
             value = [_expand(v) for v in value]
+    elif kind == "a size":   # bytes, or a string such as "512M" (pysandbox/limits.py parse_size)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise bad
     elif kind.startswith("a table of"):
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise bad

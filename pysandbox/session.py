@@ -252,7 +252,8 @@ class Sandbox:
     """A live sandbox that runs many commands; see the module's docstring.
 
     Raises (from the constructor):
-        PolicyError: invalid policy; a policy without a pid namespace.
+        PolicyError: invalid policy; a policy without a pid namespace; a policy with
+            ``limits`` (``conflicting_options``: resource limits are per one-shot launch).
         BackendUnavailable, CapabilityUnavailable, SetupError: as a one-shot launch.
         SessionError (session_unavailable): the server cannot run here (no native module
             to carry it, no procfs at /proc) or did not become ready.
@@ -264,6 +265,12 @@ class Sandbox:
         if "pid" not in self.policy.namespaces:
             raise PolicyError("a session needs a pid namespace (its server is the pid 1 that ends every "
                               "command's descendants)", Reason.CONFLICTING_OPTIONS, "namespaces")
+        if self.policy.limits is not None:
+            # Not applied to the whole session: one cgroup and one deadline for every command
+            # would be a shared budget no command asked for, and rlimits would bind the server.
+            raise PolicyError("resource limits apply to one-shot launches (run, Popen), not to sessions or "
+                              "pools: launch the command with the policy instead", Reason.CONFLICTING_OPTIONS,
+                              "limits", field="limits")
         self.plan = compiled(self.policy)
         ops = self.plan.mount_ops
         if not any(isinstance(op, P.MountProc) and op.dest == "/proc" and not P.shadowed(i, ops)

@@ -20,7 +20,8 @@ __all__ = ["Status", "status"]
 
 _cache: dict = {}
 _lock = threading.Lock()
-_ENV_KEYS = ("PATH", "PYSANDBOX_BWRAP", "PYSANDBOX_ALLOW_SETUID_BWRAP", "PYSANDBOX_NATIVE_NO_EXEC_INIT")
+_ENV_KEYS = ("PATH", "PYSANDBOX_BWRAP", "PYSANDBOX_ALLOW_SETUID_BWRAP", "PYSANDBOX_NATIVE_NO_EXEC_INIT",
+             "PYSANDBOX_CGROUP_ROOT")
 
 
 @dataclass
@@ -42,6 +43,9 @@ class Status:
     host: dict = field(default_factory=dict)        # probe.host_capabilities(): userns, netns, sysctls
     # Unix-socket authority coverage (authority.coverage): what is masked, exactly
     authority: dict = field(default_factory=dict)
+    # resource limits (enforcement.host_limits): per limit, whether this launcher can
+    # enforce it here, by what, or the reason it cannot
+    limits: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Plain data for JSON."""
@@ -78,11 +82,18 @@ def status(policy=None, *, backend: str = "auto") -> Status:
         chosen = backend
     picked = backends[chosen]
     from . import authority, probe
+    from .enforcement import host_limits
     host = probe.host_capabilities()
-    result = Status(picked.available, chosen, picked.reason, picked.detail, backends,
+    limits = host_limits()
+    available, reason, detail = picked.available, picked.reason, picked.detail
+    wanted = policy.limits.cgroup if policy.limits is not None else {}
+    missing = next((k for k in wanted if not limits[k]["available"]), None)
+    if available and missing is not None:   # the policy's own limit cannot be enforced: it would fail closed
+        available, reason, detail = False, limits[missing]["reason"], limits[missing]["detail"]
+    result = Status(available, chosen, reason, detail, backends,
                     dict(picked.network), policy.network.mode,
                     host={"userns": host.userns, "netns": host.netns, **host.detail},
-                    authority=authority.coverage(policy))
+                    authority=authority.coverage(policy), limits=limits)
     with _lock:
         _cache[key] = result
     return result

@@ -28,6 +28,8 @@ def format_status(st) -> str:
         lines.append(f"host: {facts}")
     if st.authority:
         lines.extend(authority_lines(st.authority))
+    if st.limits:
+        lines.extend(limit_lines(st.limits))
     for name, bs in st.backends.items():
         head = "ok" if bs.available else f"no   {bs.reason}"
         extra = ", ".join(f"{k} {v}" for k, v in sorted(bs.info.items()) if v not in (None, ""))
@@ -51,3 +53,14 @@ def authority_lines(cov: dict) -> list[str]:
     flags = [name for name in ("kept", "strict_unix") if cov.get(name)]
     head = "authority sockets" + (f" ({', '.join(flags)})" if flags else "")
     return [f"{head}: masked {masked}; variables unset {unset}", f"  {cov.get('scope', '')}"]
+
+
+def limit_lines(limits: dict) -> list[str]:
+    """``status``'s resource limits (enforcement.host_limits): one line per limit."""
+    lines = ["resource limits:"]
+    for kind, got in limits.items():
+        if got["available"]:
+            lines.append(f"  {kind:<12} ok   {got['mechanism']}")
+        else:
+            lines.append(f"  {kind:<12} no   {got['reason']}  {got['detail']}")
+    return lines

@@ -31,7 +31,7 @@ SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIG
         signal.SIGCHLD}
 old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-i, filters, caps, exec_mode, pty = 2, [], None, False, None
+i, filters, caps, exec_mode, pty, rlimits = 2, [], None, False, None, []
 while i < len(a) and a[i] != "--":
     o = a[i]
     if o == "-N":
@@ -77,6 +77,9 @@ while i < len(a) and a[i] != "--":
         i += 3
     elif o == "-x":
         exec_mode = True
+    elif o == "-R":
+        rlimits.append(tuple(int(x) for x in a[i + 1:i + 4]))
+        i += 3
     else:
         fail(1, i)
     i += 1
@@ -170,11 +173,27 @@ def pty_step():
         return 0
     except OSError as x:
         return x.errno or 22
+def set_rlimits():
+    # the sandbox's rlimits (pysandbox/limits.py), after every descriptor of the setup;
+    # and SIGPIPE, SIGXFSZ back to default (Python ignores them; exec would keep that,
+    # and a file_size limit would be EFBIG, not SIGXFSZ, as native/psb_child.c resets them)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    import resource
+    try:
+        for res, soft, hard in rlimits:
+            resource.setrlimit(res, (soft, hard))
+        return 0
+    except (OSError, ValueError) as x:
+        return getattr(x, "errno", None) or 22
 env = dict(os.environb)
 if exec_mode:
     e = pty_step()
     if e:
         fail(11, e)
+    e = set_rlimits()
+    if e:
+        fail(12, e)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
     e = apply_filters()
     if e:
@@ -198,6 +217,9 @@ if pid == 0:
         if e:
             e = (10 << 16) | (e & 0xffff)
         else:
+            e = set_rlimits()
+            e = (12 << 16) | (e & 0xffff) if e else 0
+        if not e:
             e = apply_filters()
             if e:
                 e = (6 << 16) | (e & 0xffff)

@@ -44,6 +44,10 @@ class Launch:
     pty_socket: int | None = None
     pty_stdio: int = 0
     pty_winsize: tuple[int, int] | None = None
+    # Resource limits (pysandbox/cgroup.py): the cgroup.procs files the sandbox is placed
+    # in before any of its setup runs (native: its first process's pid, written before
+    # any step; bwrap: the forked child writes itself before it execs bwrap).
+    cgroup_procs: tuple[str, ...] = ()
 
 
 def pack_winsize(winsize: tuple[int, int] | None) -> int:

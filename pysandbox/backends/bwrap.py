@@ -70,7 +70,7 @@ import threading
 from .. import plan as P
 from .. import view
 from ..trace import clock, debug_logger, ms
-from ..errors import BackendUnavailable, BwrapProbeFailed, Reason, SandboxError, SetupError
+from ..errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Reason, SandboxError, SetupError
 from ..policy import Network, Policy
 from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
 from ..probe.bwrap import capabilities, probe_plan
@@ -189,6 +189,10 @@ class BwrapBackend:
             raise SetupError("the bwrap backend opens the sandbox's terminal in its own init, which needs a "
                              "procfs at /proc in the sandbox; use the native backend or no terminal",
                              Reason.TERMINAL_UNAVAILABLE, stage="terminal")
+        if plan.rlimits and not init:
+            raise BackendUnavailable("the bwrap backend sets the sandbox's rlimits in its own init, which needs a "
+                                     "procfs at /proc in the sandbox; add Proc('/proc') or use the native backend",
+                                     Reason.BWRAP_INIT_UNAVAILABLE)
         init_fd = init_program(plan) if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = -1
@@ -209,7 +213,7 @@ class BwrapBackend:
             if init:
                 passed |= {status_w} | ({init_fd} if init_fd is not None else set())
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
-            preexec = pdeathsig_preexec(os.getpid())
+            preexec = pdeathsig_preexec(os.getpid(), launch.cgroup_procs)
             proc = spawner.call(lambda: subprocess.Popen(
                 argv, stdin=launch.stdin, stdout=launch.stdout, stderr=launch.stderr,
                 close_fds=True, pass_fds=tuple(sorted(passed)), env=launch.env, preexec_fn=preexec))
@@ -240,6 +244,10 @@ class BwrapBackend:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 code = proc.wait()
+            if code == 127 and launch.cgroup_procs:
+                raise LimitUnavailable("bwrap could not be placed in the launch's cgroups (pysandbox/cgroup.py): "
+                                       "the kernel refused the write to cgroup.procs; the command did not run",
+                                       Reason.CONTROLLER_NOT_DELEGATED)
             raise BwrapProbeFailed(f"bwrap exited ({code}) before it created the sandbox; "
                                    f"its message is on the command's stderr", Reason.BWRAP_PROBE_FAILED)
         sandbox_pid = int(m.group(1))

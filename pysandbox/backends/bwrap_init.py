@@ -116,6 +116,8 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
     opts += ["-c", format(keep, "x")]
     if pty is not None:
         opts += ["-t", *map(str, pty)]
+    for limit in plan.rlimits:
+        opts += ["-R", *map(str, limit)]
     argv0 = plan.argv0 if plan.argv0 is not None else argv[0]
     tail = [*opts, "--", exe, argv0, *argv[1:]]
     if init_fd is None:
@@ -190,7 +192,7 @@ INIT_STARTED = 0x50534201
 INIT_FAILED = 0x50534202
 INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
                  5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline", 10: "landlock",
-                 11: "terminal"}
+                 11: "terminal", 12: "rlimit"}
 
 
 def read_words(fd: int, count: int, timeout: float) -> list[int]:
@@ -227,6 +229,6 @@ def init_failure(what: int, detail: int, exe: str) -> Exception:
                           "or another mount was swapped in before bwrap bound it); the command "
                           "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=errno.ELOOP)
     return SetupError(f"the bwrap backend's init failed at its {stage} step "
-                      f"({os.strerror(detail) if what in (2, 5, 6, 8, 10) and detail else detail}); "
+                      f"({os.strerror(detail) if what in (2, 5, 6, 8, 10, 12) and detail else detail}); "
                       f"the command did not run", Reason.SETUP_FAILED, stage="init",
                       errno=detail if what in (2, 5, 6, 8, 10) else None)

@@ -146,18 +146,29 @@ INFO_TIMEOUT = 60.0
 _libc = None
 
 
-def pdeathsig_preexec(parent_pid: int):
+def pdeathsig_preexec(parent_pid: int, cgroup_procs: tuple[str, ...] = ()):
     """In the forked child, before exec: SIGKILL when the spawning thread dies, and exit at
     once if the parent already died (bwrap sets its own PR_SET_PDEATHSIG only after
-    clone(): without this a launcher killed during bwrap's start leaves the sandbox)."""
+    clone(): without this a launcher killed during bwrap's start leaves the sandbox).
+    Then into each of ``cgroup_procs`` (the launch's cgroups, pysandbox/cgroup.py), so
+    bwrap and everything it starts is in them; a refusal ends the child (exit 127) and
+    the launch fails (its cgroups' emptiness is checked by the caller)."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
     prctl = _libc.prctl
+    paths = [os.fsencode(p) for p in cgroup_procs]
 
     def preexec():
         if prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0) != 0 or os.getppid() != parent_pid:
             os._exit(127)
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+                os.write(fd, b"0")   # 0: the writing process
+                os.close(fd)
+            except OSError:
+                os._exit(127)
     return preexec
 
 

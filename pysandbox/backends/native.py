@@ -164,6 +164,20 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
     return rc
 
 
+def _placing(procs_files, on_start):
+    """``on_start``, after the sandbox's first process was written into each of
+    ``procs_files`` (its cgroups), before any step of its setup runs."""
+    if not procs_files:
+        return on_start
+
+    def place(pid: int) -> None:
+        from ..cgroup import place_pid
+        place_pid(procs_files, pid)
+        if on_start is not None:
+            on_start(pid)
+    return place
+
+
 class NativeBackend:
     """Runs plans with the cffi executor. One instance per process (get_backend)."""
 
@@ -266,10 +280,11 @@ class NativeBackend:
         L.pty_stdio = launch.pty_stdio
         L.pty_winsize = pack_winsize(launch.pty_winsize)
         res = ffi.new("struct psb_result *")
-        if launch.on_start is None:
+        on_start = _placing(launch.cgroup_procs, launch.on_start)
+        if on_start is None:
             rc = lib.psb_spawn(ready.plan, L, res)
         else:
-            rc = _spawn_reporting(lib, ready.plan, L, res, launch.on_start)
+            rc = _spawn_reporting(lib, ready.plan, L, res, on_start)
         if log is not None:
             log.debug("native: %d ops (translated in %.1f ms); clone, setup and exec in %.1f ms%s",
                       len(ready.compiled.ops), (prepared - started) * 1e3, ms(prepared),

@@ -49,6 +49,9 @@ def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
             cx.done.append(op)
     if cx.init_needed and not cx.init_done:   # unreachable while every plan ends with Chdir
         cx.add("INIT", stage="init", plan_index=len(plan.ops))
+    # After INIT: recorded by the command's process, set right before its exec.
+    for res, soft, hard in plan.rlimits:
+        cx.add("RLIMIT", n=res, m=soft, mode=hard, stage="rlimit")
     return cx.ops
 
 

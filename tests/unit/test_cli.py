@@ -21,7 +21,10 @@ DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--
               # a terminal of its own (README: Interactive shell)
               "--tty", "--no-tty",
               # TOML profiles (README "Profiles")
-              "--profile")
+              "--profile",
+              # resource limits (README "Resource limits", pysandbox/cli_limits.py)
+              "--limit-memory", "--limit-pids", "--limit-cpu", "--limit-wall", "--limit-file-size",
+              "--limit-open-files")
 DESIGN_STATUS = ("--backend", "--network", "--json", "--profile")
 
 

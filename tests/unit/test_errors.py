@@ -73,6 +73,8 @@ EXPECTED_CLASS = {
     "session_unavailable": E.SessionError,
     "session_closed": E.SessionError,
     "session_lost": E.SessionError,
+    "cgroup_unavailable": E.LimitUnavailable,
+    "controller_not_delegated": E.LimitUnavailable,
 }
 
 

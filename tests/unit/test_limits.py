@@ -1,0 +1,228 @@
+"""Resource limits without a sandbox: the Limits record, what it compiles to for each
+backend, the command line and profile forms, the report decision, and the cgroup
+lookup and creation against fake trees (README "Resource limits")."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import types
+
+import pytest
+
+from pysandbox import cli, cgroup
+from pysandbox import plan as P
+from pysandbox.backends import bwrap_init as I
+from pysandbox.backends import native as N
+from pysandbox.cli_limits import merged
+from pysandbox.enforcement import which_limit
+from pysandbox.errors import LimitUnavailable, PolicyError, Reason
+from pysandbox.limits import Limits, format_size, parse_size
+from pysandbox.policy import Policy
+from pysandbox.profile import load
+
+
+@pytest.mark.parametrize("text, value", [("512M", 512 << 20), ("4k", 4096), ("1G", 1 << 30), ("2MiB", 2 << 20),
+                                         ("  7 ", 7), (1234, 1234), ("3T", 3 << 40)])
+def test_sizes(text, value):
+    assert parse_size(text) == value
+    assert parse_size(format_size(value)) == value
+
+
+@pytest.mark.parametrize("bad", ["", "-1M", "1.5G", "12Q", "M", 0, -4, True, None, 2.0])
+def test_bad_sizes(bad):
+    with pytest.raises(PolicyError) as info:
+        parse_size(bad, "memory")
+    assert info.value.reason is Reason.INVALID_SIZE and info.value.field == "memory"
+
+
+@pytest.mark.parametrize("kw, reason, field", [
+    ({"memory": "1M"}, Reason.INVALID_SIZE, "memory"),            # below the 4M floor
+    ({"pids": 0}, Reason.INVALID_VALUE, "pids"),
+    ({"pids": "8"}, Reason.INVALID_VALUE, "pids"),
+    ({"cpu_time": 1.5}, Reason.INVALID_VALUE, "cpu_time"),
+    ({"wall_time": 0}, Reason.INVALID_VALUE, "wall_time"),
+    ({"wall_time": float("nan")}, Reason.INVALID_VALUE, "wall_time"),
+    ({"open_files": 2}, Reason.INVALID_VALUE, "open_files"),
+    ({"file_size": "x"}, Reason.INVALID_SIZE, "file_size"),
+])
+def test_bad_limits(kw, reason, field):
+    with pytest.raises(PolicyError) as info:
+        Limits(**kw)
+    assert info.value.reason is reason and info.value.field == field
+
+
+def test_rlimits_and_cgroup_split():
+    lim = Limits(memory="64M", pids=10, cpu_time=3, file_size="1M", open_files=20, wall_time=1.5)
+    assert lim.memory == 64 << 20 and lim.wall_time == 1.5
+    assert lim.cgroup == {"memory": 64 << 20, "pids": 10}
+    assert lim.rlimits() == ((resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_CPU, 3, 4),
+                             (resource.RLIMIT_FSIZE, 1 << 20, 1 << 20), (resource.RLIMIT_NOFILE, 20, 20))
+    assert not any(r == resource.RLIMIT_AS for r, _s, _h in lim.rlimits())   # never a memory limit
+    assert Limits(wall_time=5).rlimits() == ((resource.RLIMIT_CORE, 0, 0),)  # any limit: no core dumps
+    assert Policy.default(limits=Limits()).limits is None                    # no limit at all: none
+    with pytest.raises(PolicyError):
+        Policy.default(limits={"memory": "64M"})
+
+
+def test_plan_carries_the_rlimits_to_both_backends():
+    plan = P.compile(Policy.default(limits=Limits(file_size="1M", open_files=9)), outer_ids=(1000, 1001))
+    assert plan.rlimits == Limits(file_size="1M", open_files=9).rlimits()
+    assert P.compile(Policy.default(), outer_ids=(1000, 1001)).rlimits == ()
+    # native: RLIMIT ops after INIT (the command's process), in the plan's order
+    ops = N.translate(plan, base="/tmp")
+    kinds = [op.kind for op in ops]
+    assert kinds.index("INIT") < kinds.index("RLIMIT")
+    assert [(op.n, op.m, op.mode) for op in ops if op.kind == "RLIMIT"] == list(plan.rlimits)
+    assert N.OP["RLIMIT"] == len(N.OP_KINDS)
+    # bwrap backend: our init's -R, one per rlimit
+    cmd = I.init_command(plan, 50, 51, lambda data: 100, "/bin/true", ["true"], [])
+    got = [tuple(int(x) for x in cmd[i + 1:i + 4]) for i, w in enumerate(cmd) if w == "-R"]
+    assert got == list(plan.rlimits)
+    assert cmd.index("-R") < cmd.index("--")
+
+
+def test_which_limit():
+    lim = Limits(cpu_time=1, file_size="1M", memory="64M", pids=8)
+    assert which_limit(lim, -signal.SIGKILL, {"memory": 1, "pids": 0}, False) == "memory"
+    assert which_limit(lim, -signal.SIGKILL, {"memory": 1}, True) == "wall_time"
+    assert which_limit(lim, -signal.SIGXCPU, {}, False) == "cpu_time"
+    assert which_limit(lim, -signal.SIGXFSZ, {}, False) == "file_size"
+    assert which_limit(lim, 0, {"pids": 3}, False) == "pids"
+    assert which_limit(lim, 0, {"pids": 0, "memory": 0}, False) is None
+    # a signal the command sent itself is not a limit it did not have
+    assert which_limit(Limits(memory="64M"), -signal.SIGXCPU, {}, False) is None
+
+
+def _args(**given):
+    names = ("memory", "pids", "cpu_time", "wall_time", "file_size", "open_files")
+    return types.SimpleNamespace(**{f"limit_{n}": given.get(n) for n in names})
+
+
+def test_cli_options_over_the_profile(tmp_path):
+    prof = tmp_path / "p.toml"
+    prof.write_text('[limits]\nmemory = "256M"\npids = 100\nwall_time = 30\n')
+    profile = load(str(prof))
+    kw = profile.policy_kwargs(__import__("pysandbox.policy", fromlist=["Env"]).Env)
+    assert kw["limits"] == Limits(memory="256M", pids=100, wall_time=30)
+    got = merged(kw["limits"], _args(memory="64M", cpu_time="5"))
+    assert got == Limits(memory="64M", pids=100, wall_time=30, cpu_time=5)
+    assert merged(None, _args()) is None
+    with pytest.raises(PolicyError) as info:
+        merged(None, _args(pids="many"))
+    assert info.value.field == "pids"
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('[limits]\nmemroy = "1G"\n', "did you mean 'memory'"),
+    ('[limits]\nmemory = "lots"\n', "limits.memory"),
+    ('[limits]\npids = "8"\n', "limits.pids"),
+    ('limits = 5\n', "limits"),
+])
+def test_profile_mistakes(tmp_path, text, fragment):
+    prof = tmp_path / "p.toml"
+    prof.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        Policy.from_toml(str(prof))
+    assert fragment in str(info.value) and "p.toml" in str(info.value)
+
+
+def test_cli_errors_name_the_option(capsys):
+    assert cli.main(["run", "--no-workdir", "--limit-memory", "lots", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pysandbox: invalid_size: --limit-memory lots:"), err
+    assert cli.main(["run", "--no-workdir", "--limit-open-files", "x", "--", "true"]) == 2
+    assert "--limit-open-files" in capsys.readouterr().err
+
+
+def test_sessions_refuse_limits():
+    from pysandbox.session import Sandbox
+    with pytest.raises(PolicyError) as info:
+        Sandbox(Policy.default(limits=Limits(pids=10)))
+    assert info.value.reason is Reason.CONFLICTING_OPTIONS and info.value.field == "limits"
+
+
+# ---------------------------------------------------------------- cgroup lookup, fake trees
+
+def _self(tmp_path, text):
+    path = tmp_path / "self_cgroup"
+    path.write_text(text)
+    return str(path)
+
+
+def test_locate_v1_v2_and_none(tmp_path):
+    root = tmp_path / "root"
+    (root / "memory" / "a" / "b").mkdir(parents=True)
+    (root / "cpu,cpuacct" / "x").mkdir(parents=True)
+    (root / "unified" / "svc").mkdir(parents=True)
+    (root / "unified" / "svc" / "cgroup.controllers").write_text("cpu pids\n")
+    me = _self(tmp_path, "4:memory:/a/b\n2:cpu,cpuacct:/x\n0::/svc\n")
+    assert cgroup.locate("memory", str(root), me) == (1, str(root / "memory" / "a" / "b"))
+    assert cgroup.locate("cpu", str(root), me) == (1, str(root / "cpu,cpuacct" / "x"))
+    assert cgroup.locate("pids", str(root), me) == (2, str(root / "unified" / "svc"))   # hybrid host
+    with pytest.raises(LimitUnavailable) as info:
+        cgroup.locate("memory", str(tmp_path / "nothing"), me)
+    assert info.value.reason is Reason.CGROUP_UNAVAILABLE and info.value.limit == "memory"
+    # pure v2 at the root
+    (root / "cgroup.controllers").write_text("memory pids\n")
+    (root / "svc").mkdir()
+    (root / "svc" / "cgroup.controllers").write_text("memory pids\n")
+    assert cgroup.locate("memory", str(root), _self(tmp_path, "0::/svc\n")) == (2, str(root / "svc"))
+
+
+def test_create_in_a_tree_that_is_not_a_cgroup_leaves_nothing(tmp_path, monkeypatch):
+    """A plain directory where the launcher's cgroup should be: the new directory has no
+    control files (the kernel makes them in a real cgroup), so cgroup_unavailable, and
+    the directory made is removed again."""
+    root = tmp_path / "root"
+    own = root / "memory" / "me"
+    own.mkdir(parents=True)
+    monkeypatch.setattr(cgroup, "locate", lambda c, r=None: (1, str(own)))
+    with pytest.raises(LimitUnavailable) as info:
+        cgroup.Cgroups.create({"memory": 64 << 20})
+    assert info.value.reason is Reason.CGROUP_UNAVAILABLE
+    assert os.listdir(own) == []
+
+
+def test_create_writes_limits_and_close_removes(tmp_path, monkeypatch):
+    """With control files present (a stand-in for the kernel's), the limits are written
+    there, memsw too, and close() reads the counters and removes the directory."""
+    own = tmp_path / "me"
+    own.mkdir()
+    made = []
+    real_mkdir = os.mkdir
+
+    def mkdir(path, mode=0o777):
+        real_mkdir(path, mode)
+        made.append(path)
+        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "cgroup.procs"):
+            open(os.path.join(path, name), "w").close()
+        with open(os.path.join(path, "memory.oom_control"), "w") as f:
+            f.write("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    monkeypatch.setattr(cgroup, "locate", lambda c, r=None: (1, str(own)))
+    monkeypatch.setattr(cgroup.os, "mkdir", mkdir)
+    groups = cgroup.Cgroups.create({"memory": 64 << 20})
+    path = made[0]
+    assert os.path.basename(path).startswith(f"pysandbox-{os.getpid()}-")
+    for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+        with open(os.path.join(path, name)) as f:
+            assert f.read() == str(64 << 20)
+    assert groups.procs_files == (os.path.join(path, "cgroup.procs"),)
+    # a plain directory holding files cannot be rmdir'd: close reports what it read and stops
+    hits = groups.close(timeout=0.2)
+    assert hits == {"memory": 2}
+    assert groups.close() is hits   # idempotent
+
+
+def test_not_delegated_is_its_own_reason(tmp_path, monkeypatch):
+    own = tmp_path / "me"
+    own.mkdir()
+    monkeypatch.setattr(cgroup, "locate", lambda c, r=None: (1, str(own)))
+
+    def refuse(path, mode=0o777):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(cgroup.os, "mkdir", refuse)
+    with pytest.raises(LimitUnavailable) as info:
+        cgroup.Cgroups.create({"pids": 8})
+    assert info.value.reason is Reason.CONTROLLER_NOT_DELEGATED and info.value.limit == "pids"
