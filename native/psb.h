@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 3
+#define PSB_ABI_VERSION 4
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -62,6 +62,10 @@ enum psb_op_kind {
     PSB_OP_LANDLOCK,          /* the command's process only (after INIT): enter a Landlock
                                  domain of its own (see psb_op_landlock); the exec'd init is
                                  then made dumpable, since nothing in the domain can reach it */
+    PSB_OP_LISTEN,            /* n=port: network proxy mode (after LOOPBACK): listen on
+                                 127.0.0.1:n (and [::1]:n where the namespace has IPv6),
+                                 send the listener(s) over the launch's proxy_fd (SCM_RIGHTS)
+                                 and close them and proxy_fd (psb_listen_send) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */
@@ -150,6 +154,7 @@ struct psb_launch {
                                  slave as controlling terminal, and closes master and socket */
     int pty_stdio;            /* bit i: the slave becomes descriptor i (instead of stdio[i]) */
     unsigned long pty_winsize; /* rows << 16 | cols set on the new pty (0: left as is) */
+    int proxy_fd;             /* >= 0: a unix socket for the LISTEN op (else LISTEN fails EBADF) */
 };
 
 struct psb_result {

@@ -321,6 +321,9 @@ static void psb_child_main(struct psb_child *c, int start)
         case PSB_OP_LOOPBACK:
             r = psb_loopback_up();
             break;
+        case PSB_OP_LISTEN:
+            r = psb_listen_send(c->launch->proxy_fd, (int)op->n);
+            break;
         case PSB_OP_HOSTNAME:
             r = sethostname(P(c, op->a), strlen(P(c, op->a)));
             break;

@@ -21,6 +21,7 @@ from .checks import check_path
 from .backends import select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
+from .egress import Egress, apply_proxy_env, check_callback
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
@@ -129,7 +130,8 @@ class SandboxProcess(BackendPopen):
 
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
                  env=None, pass_fds=(), on_start=None, cwd=None,
-                 close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None, **kwargs):
+                 close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None,
+                 on_proxy_event=None, _proxy_resolver=None, **kwargs):
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session"):
             if kwargs.get(bad) not in (None, False):
@@ -164,14 +166,42 @@ class SandboxProcess(BackendPopen):
             _plan.check_terminal(self.plan)
             pty_socket = check_fd(pty_socket, "pty_socket")
         self._pty = (pty_socket, pty_stdio, pty_winsize)
-        super().__init__(argv, pass_fds=(), **kwargs)
+        self.proxy = None
+        if self.plan.network.mode == "proxy":
+            # _proxy_resolver: tests only (names of test hosts in a network namespace the
+            # test made); the default is the engine's, the host's resolver.
+            self.proxy = Egress(self.plan.network.allow_hosts, on_event=on_proxy_event, resolver=_proxy_resolver)
+            apply_proxy_env(self._sandbox_env, self.proxy.port)
+        else:
+            check_callback(on_proxy_event)
+        try:
+            super().__init__(argv, pass_fds=(), **kwargs)
+        except BaseException:
+            if self.proxy is not None:
+                self.proxy.close()
+            raise
 
     def _start_child(self, argv, stdin, stdout, stderr):
         launch = Launch(argv=argv, env=self._sandbox_env, stdin=stdin, stdout=stdout, stderr=stderr,
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
                         close_in_setup=self._close_in_setup, pty_socket=self._pty[0], pty_stdio=self._pty[1],
-                        pty_winsize=self._pty[2])
-        return self.backend.spawn(self.plan, launch)
+                        pty_winsize=self._pty[2],
+                        proxy_socket=None if self.proxy is None else self.proxy.their_fd)
+        child = self.backend.spawn(self.plan, launch)
+        if self.proxy is not None:
+            try:
+                self.proxy.start()
+            except BaseException:
+                _end_child(child)
+                raise
+        return child
+
+    def _handle_exitstatus(self, sts, *args, **kwargs):
+        try:
+            super()._handle_exitstatus(sts, *args, **kwargs)
+        finally:
+            if self.proxy is not None:
+                self.proxy.close()   # the sandbox is gone: so is its proxy
 
     def forward_signal(self, sig) -> None:
         """Deliver ``sig`` to the sandboxed command through the backend, without reaping
@@ -201,6 +231,17 @@ class SandboxProcess(BackendPopen):
     @property
     def backend_name(self) -> str:
         return self.backend.name
+
+
+def _end_child(child) -> None:
+    """Kill and reap a sandbox whose launch is abandoned after its spawn returned."""
+    child.kill_sandbox()
+    try:
+        os.kill(child.pid, signal.SIGKILL)
+        os.waitpid(child.pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    child.close()
 
 
 def Popen(args, *, policy: Policy | None = None, backend: str = "auto", **kwargs) -> SandboxProcess:
@@ -304,4 +345,7 @@ def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill
         retcode = proc.poll()
         if check and retcode:
             raise CalledProcessError(retcode, proc.args, output=stdout, stderr=stderr)
-    return CompletedProcess(proc.args, retcode, stdout, stderr)
+    done = CompletedProcess(proc.args, retcode, stdout, stderr)
+    if getattr(proc, "proxy", None) is not None:
+        done.proxy = proc.proxy   # network proxy mode: its counts and events
+    return done

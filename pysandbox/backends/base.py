@@ -44,6 +44,10 @@ class Launch:
     pty_socket: int | None = None
     pty_stdio: int = 0
     pty_winsize: tuple[int, int] | None = None
+    # Network proxy mode (pysandbox/egress.py): a unix socket over which the setup,
+    # inside the new network namespace and before the command exists, sends the
+    # listener(s) it made at the plan's ProxyListener port (SCM_RIGHTS).
+    proxy_socket: int | None = None
 
 
 def pack_winsize(winsize: tuple[int, int] | None) -> int:

@@ -189,6 +189,10 @@ class BwrapBackend:
             raise SetupError("the bwrap backend opens the sandbox's terminal in its own init, which needs a "
                              "procfs at /proc in the sandbox; use the native backend or no terminal",
                              Reason.TERMINAL_UNAVAILABLE, stage="terminal")
+        if launch.proxy_socket is not None and not init:
+            raise SetupError("the bwrap backend makes network proxy mode's listener in its own init, which "
+                             "needs a procfs at /proc in the sandbox; use the native backend or add Proc('/proc')",
+                             Reason.SETUP_FAILED, stage="proxy listener")
         init_fd = init_program(plan) if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = -1
@@ -202,10 +206,10 @@ class BwrapBackend:
             if init:
                 pty = None if launch.pty_socket is None else \
                     (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
-                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty)
+                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty,
+                                       launch.proxy_socket)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
-            if launch.pty_socket is not None:
-                passed.add(launch.pty_socket)
+            passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket) if fd is not None}
             if init:
                 passed |= {status_w} | ({init_fd} if init_fd is not None else set())
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
