@@ -190,9 +190,7 @@ class BwrapBackend:
                              "procfs at /proc in the sandbox; use the native backend or no terminal",
                              Reason.TERMINAL_UNAVAILABLE, stage="terminal")
         if launch.proxy_socket is not None and not init:
-            raise SetupError("the bwrap backend makes network proxy mode's listener in its own init, which "
-                             "needs a procfs at /proc in the sandbox; use the native backend or add Proc('/proc')",
-                             Reason.SETUP_FAILED, stage="proxy listener")
+            raise _proxy_needs_init()
         init_fd = init_program(plan) if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = -1
@@ -346,13 +344,12 @@ class BwrapBackend:
         caps = capabilities(info)
         network = {}
         for mode in ("deny", "allow", "proxy"):
-            if mode == "proxy":
-                network[mode] = CapabilityStatus(mode, False, Reason.NETWORK_MODE_UNSUPPORTED.value,
-                                                 "network mode 'proxy' is not built yet")
-                continue
             variant = policy if policy.network.mode == mode else policy.replace(network=Network(mode))
             try:
-                self.check(P.compile(variant))
+                plan = P.compile(variant)
+                self.check(plan)
+                if mode == "proxy" and not init_mode(plan):
+                    raise _proxy_needs_init()
                 network[mode] = CapabilityStatus(mode, True)
             except SandboxError as exc:
                 network[mode] = CapabilityStatus(mode, False, exc.reason.value, _message(exc))
@@ -382,3 +379,9 @@ def _message(exc: BaseException) -> str:
     """An error's message without its class name."""
     return exc.args[0] if getattr(exc, "args", None) else str(exc)
 
+
+
+def _proxy_needs_init() -> BackendUnavailable:
+    return BackendUnavailable("the bwrap backend makes network proxy mode's listener in its own init, which this "
+                              "policy does not run (it needs a procfs at /proc in the sandbox); use the native "
+                              "backend or add Proc('/proc')", Reason.BWRAP_INIT_UNAVAILABLE)
