@@ -8,7 +8,7 @@ import os
 import re
 
 # Policy field (PolicyError.field) -> the option that sets it
-OPTION_OF = {"chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
+OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
              "tmpfs": "--tmpfs", "profile": "--profile"}
 _STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
 
@@ -67,3 +67,20 @@ def _canon(path):
         return os.path.realpath(path)
     except (TypeError, ValueError):
         return path
+
+
+def start_failed(command, exc: OSError, say) -> int:
+    """The exit status and line (through ``say``) for a command that did not start (a
+    SandboxError is the caller's to report: raised again)."""
+    from .cli import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
+    from .errors import Reason, SandboxError
+    if isinstance(exc, SandboxError):
+        raise exc
+    if isinstance(exc, FileNotFoundError):
+        say(f"{command[0]}: command not found ({exc.strerror})")
+        return EXIT_NOTFOUND
+    if isinstance(exc, PermissionError):
+        say(f"{command[0]}: not executable ({exc.strerror})")
+        return EXIT_NOEXEC
+    say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
+    return EXIT_SETUP

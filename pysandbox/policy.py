@@ -69,9 +69,11 @@ class Network:
                               Reason.INVALID_VALUE, self.mode)
         hosts = as_tuple(self.allow_hosts, "allow_hosts")
         if any(not isinstance(h, str) or not h for h in hosts):
-            raise PolicyError("allow_hosts must be non-empty strings", Reason.INVALID_VALUE, hosts)
+            raise PolicyError("allow_hosts must be non-empty strings", Reason.INVALID_VALUE, hosts,
+                              field="allow_hosts")
         if hosts and self.mode != "proxy":
-            raise PolicyError("allow_hosts needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS, hosts)
+            raise PolicyError("allow_hosts needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS, hosts,
+                              field="allow_hosts")
         if hosts:
             from .proxy.rules import parse_allow_host   # the one syntax (PolicyError invalid_value)
             for host in hosts:
