@@ -16,10 +16,7 @@ import sys
 from . import __version__
 from .lifecycle import KILL_GRACE, exit_status, stop
 
-EXIT_SETUP = 125
-EXIT_NOEXEC = 126
-EXIT_NOTFOUND = 127
-EXIT_USAGE = 2
+from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE  # noqa: F401
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE = KILL_GRACE   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
 PROG = "pysandbox"

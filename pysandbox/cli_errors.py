@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 
+# The exit statuses of `pysandbox run` besides the command's own (README, "Exit status")
+EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 # Policy field (PolicyError.field) -> the option that sets it
 OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
              "tmpfs": "--tmpfs", "profile": "--profile"}
@@ -72,7 +74,6 @@ def _canon(path):
 def start_failed(command, exc: OSError, say) -> int:
     """The exit status and line (through ``say``) for a command that did not start (a
     SandboxError is the caller's to report: raised again)."""
-    from .cli import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP
     from .errors import Reason, SandboxError
     if isinstance(exc, SandboxError):
         raise exc
