@@ -225,13 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pysandbox`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    import logging
     if args.verbose:   # else a warning reaches stderr through logging's last resort, as "%(message)s"
+        import logging
         logging.basicConfig(format="%(message)s", level=logging.WARNING)
         # the pysandbox logger only (backend choice, plan steps, timings), not every library's
         logging.getLogger("pysandbox").setLevel(logging.DEBUG)
-    else:   # the proxy's refusals are warnings: printed with --verbose only
-        logging.getLogger("pysandbox.proxy").addHandler(logging.NullHandler())
     from .errors import PolicyError, SandboxError
     profile = None
     try:
@@ -286,6 +284,9 @@ def _policy(args, profile=None):
     policy = Policy.default(**kw)
     if profile is not None:
         profile.check_outside(policy)
+    if policy.network.mode == "proxy" and not args.verbose:
+        from .egress import quiet_events
+        quiet_events()   # the proxy's refusals (warnings) reach stderr with --verbose only
     return policy
 
 

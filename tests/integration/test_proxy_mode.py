@@ -10,8 +10,11 @@ target reached where it should be (allow mode, or the address listed).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -321,3 +324,41 @@ def test_status_reports_proxy_mode(backend, tmp_path):
     st = pysandbox.status(_policy(tmp_path, ("pypi.org",)), backend=backend)
     assert st.available and st.network_mode == "proxy"
     assert st.network["proxy"].available and st.network["deny"].available
+
+
+# ---------------------------------------------------------------- the command line
+
+def test_cli_proxy_mode_refusal_printed_with_verbose_only(backend, tmp_path):
+    from tests.integration.test_cli import cli
+    args = ["--network", "proxy", "--allow-host", "pypi.org", "--allow-host", "*.npmjs.org:443", "--"]
+    probe = [python_in_sandbox(), "-I", "-c", CONNECT, "refused.test:443"]
+    quiet = cli(backend, *args, *probe, cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stdout.split()[1] == "403", quiet.stderr
+    assert "refused.test" not in quiet.stderr
+    loud = cli(backend, "-v", *args, *probe, cwd=tmp_path)
+    assert loud.returncode == 0 and loud.stdout.split()[1] == "403", loud.stderr
+    assert "proxy refused" in loud.stderr and "refused.test:443" in loud.stderr
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--network", "proxy", "--allow-host", "has space"], "--allow-host"),
+    (["--network", "proxy", "--allow-host", ""], "--allow-host"),
+    (["--allow-host", "pypi.org"], "--allow-host"),                       # needs --network proxy
+    (["--network", "deny", "--allow-host", "pypi.org"], "--allow-host"),
+    (["--network", "proxy", "--setenv", "HTTP_PROXY", "http://x"], "HTTP_PROXY"),
+])
+def test_cli_proxy_usage_errors_exit_2(args, names, tmp_path):
+    from tests.integration.test_cli import cli
+    done = cli("native", *args, "--", "sh", "-c", "echo ran", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "ran" not in done.stdout and "Traceback" not in done.stderr
+    assert names in done.stderr.strip().splitlines()[-1]
+
+
+def test_cli_status_reports_proxy(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pysandbox", "status", "--network", "proxy", "--allow-host",
+                           "pypi.org", "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["network_mode"] == "proxy" and got["network"]["proxy"]["available"]
+    assert all(b["network"]["proxy"]["available"] for b in got["backends"].values() if b["available"])
