@@ -8,7 +8,8 @@ Contenders (each launches /bin/true; see contenders.py): plain spawn, the floor
 program, pysandbox native, pysandbox's bwrap backend, raw bwrap. Sections: launch
 latency (network deny and allow), mount scaling, throughput, 5,000 back-to-back
 launches, start-up (startup.py: whole command lines next to bwrap and to `python -I -c pass`),
-memory; and (sessions.py) commands in a live session, a warm pool, asyncio batches, a session soak. Exit status 0 when every section ran; 1 when a
+memory; and (sessions.py) commands in a live session, a warm pool, asyncio batches, a session soak;
+and (proxy.py) the latency and throughput the egress proxy adds to a request. Exit status 0 when every section ran; 1 when a
 contender could not run (unless --allow-missing) or a launch failed; 2 usage.
 Targets missed are reported, not failures: these are benchmarks, not tests.
 """
@@ -29,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import contenders as C  # noqa: E402
 import measure as M  # noqa: E402
+import proxy as P  # noqa: E402
 import sessions as S  # noqa: E402
 import startup as U  # noqa: E402
 from measure import Summary, ms, ratio  # noqa: E402
@@ -36,10 +38,11 @@ from measure import Summary, ms, ratio  # noqa: E402
 FULL = dict(launch_rounds=400, ballast_mib=(0, 256, 1024), bind_counts=(0, 10, 100, 400, 1000),
             threads=(1, 2, 4), per_thread=150, soak=5000, soak_chunk=1000, startup_rounds=20,
             cow_objects=200_000, session_rounds=1000, pool_rounds=300, refill_n=50, aio_reps=7,
-            session_soak=10_000, pool_soak=1000, time_budget=900)
+            session_soak=10_000, pool_soak=1000, proxy_rounds=400, proxy_big_mib=64, time_budget=900)
 QUICK = dict(launch_rounds=8, ballast_mib=(0, 64), bind_counts=(0, 10, 100), threads=(1, 2),
              per_thread=4, soak=300, soak_chunk=60, startup_rounds=2, cow_objects=20_000, session_rounds=60,
-             pool_rounds=20, refill_n=8, aio_reps=1, session_soak=500, pool_soak=100, time_budget=50)
+             pool_rounds=20, refill_n=8, aio_reps=1, session_soak=500, pool_soak=100, proxy_rounds=20,
+             proxy_big_mib=4, time_budget=50)
 LAUNCH_NAMES = ("plain", "floor", "native", "bwrap-backend", "bwrap")
 MOUNT_NAMES = ("floor", "native", "bwrap-backend", "bwrap")
 THROUGHPUT_NAMES = ("plain", "native", "bwrap-backend", "bwrap")
@@ -401,7 +404,7 @@ def section_ballast(report: Report, cfg: dict, deadline: float) -> None:
 SECTIONS = {"launch": section_launch, "ballast": section_ballast, "mounts": section_mounts,
             "throughput": section_throughput, "soak": section_soak, "startup": U.section_startup,
             "memory": section_memory, "session": S.section_session, "pool": S.section_pool,
-            "aio": S.section_aio, "session_soak": S.section_session_soak}
+            "aio": S.section_aio, "session_soak": S.section_session_soak, "proxy": P.section_proxy}
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,336 @@
+"""One client connection of the proxy, from its first byte to its event.
+
+The first byte chooses the protocol (0x05: SOCKS5, else HTTP). Every phase before the
+relay has a deadline (a silent or slow client is dropped, ``timeout``), every read is
+bounded (a head over 64 KiB is ``bad_request``), and the decision is the same for the
+three protocols (:meth:`Connection.decide`): the host must match the allow list, a name
+is resolved on the host by the proxy's resolver, every answer that is a special address
+(pysandbox/proxy/addresses.py) must itself be listed, and the proxy connects to exactly
+the addresses it checked, never resolving again. Through a tunnel (``CONNECT``, SOCKS5)
+the client's first bytes are checked: a TLS ClientHello must name the requested host
+(SNI), and on port 443 a name must be reached with TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+from . import httphead, sni
+from .addresses import is_special, parse_address
+from .events import ALLOWED, REFUSED, ProxyEvent
+from .rules import normalise_host, normalise_name
+
+__all__ = ["Connection", "Refusal"]
+
+CHUNK = 65536
+_HTTP_STATUS = {"bad_request": 400, "unsupported_command": 400, "timeout": 408, "resolve_failed": 502,
+                "connect_failed": 502, "too_many_connections": 503}
+_SOCKS_CODE = {"resolve_failed": 0x04, "connect_failed": 0x05, "bad_request": 0x01, "timeout": 0x06,
+               "unsupported_command": 0x07, "bad_address_type": 0x08, "closed": 0x01}
+_SOCKS_OK = b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+
+
+class Refusal(Exception):
+    """A connection refused: ``reason`` (a code of events.REASONS), ``detail`` (the
+    text of the reply), ``address`` (the upstream address concerned, if any)."""
+
+    def __init__(self, reason: str, detail: str = "", address: str = "", socks_code: int | None = None):
+        super().__init__(detail or reason)
+        self.reason, self.detail, self.address, self.socks_code = reason, detail, address, socks_code
+
+
+class Connection:
+    """The state of one client connection; :meth:`run` is its whole life."""
+
+    def __init__(self, proxy, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.proxy, self.reader, self.writer = proxy, reader, writer
+        self.protocol, self.host, self.port, self.address = "http", "", 0, ""
+        self.bytes_up = self.bytes_down = 0
+        self.upstream: asyncio.StreamWriter | None = None
+        self.up_reader: asyncio.StreamReader | None = None
+        self.literal = False
+        self.replied = False      # the client got its protocol's answer (200, SOCKS reply)
+        self.greeted = False      # SOCKS5: the method was chosen, a request reply may follow
+        self.verdict: tuple[str, str] | None = None
+
+    # ---------------------------------------------------------------- life
+
+    async def run(self) -> None:
+        try:
+            await self._serve()
+        except Refusal as refusal:
+            self._refused(refusal)
+            await self._answer_refusal(refusal)
+        except (ConnectionError, asyncio.IncompleteReadError, OSError):
+            pass   # the client or the upstream went away: the event says what was relayed
+        except asyncio.CancelledError:
+            if self.verdict is None and self.upstream is None:
+                self._refused(Refusal("closed", "the proxy closed"))
+            raise
+        finally:
+            for w in (self.upstream, self.writer):
+                if w is not None:
+                    w.close()
+            if self.verdict is None and self.upstream is not None:
+                self.verdict = (ALLOWED, "ok")
+            if self.verdict is not None:
+                self._emit(*self.verdict)
+
+    def _refused(self, refusal: Refusal) -> None:
+        if self.verdict is None:
+            self.verdict = (REFUSED, refusal.reason)
+            if refusal.address:
+                self.address = refusal.address
+
+    def _emit(self, verdict: str, reason: str) -> None:
+        self.proxy._record(ProxyEvent(time=time.time(), host=self.host, port=self.port, verdict=verdict,
+                                      reason=reason, protocol=self.protocol, bytes_up=self.bytes_up,
+                                      bytes_down=self.bytes_down, address=self.address))
+
+    async def _answer_refusal(self, refusal: Refusal) -> None:
+        if self.replied or self.writer.is_closing() or refusal.reason == "closed":
+            return
+        if self.protocol == "socks5":
+            if not self.greeted:
+                return
+            code = refusal.socks_code or _SOCKS_CODE.get(refusal.reason, 0x02)
+            self.writer.write(bytes((0x05, code)) + _SOCKS_OK[2:])
+        else:
+            where = f"{self.host}:{self.port}" if self.host else "request"
+            text = f"pysandbox proxy: refused {where}: {refusal.detail or refusal.reason} ({refusal.reason})"
+            self.writer.write(httphead.reply(_HTTP_STATUS.get(refusal.reason, 403), text))
+        try:
+            await asyncio.wait_for(self.writer.drain(), 5)
+        except (OSError, asyncio.TimeoutError):
+            pass
+
+    async def _serve(self) -> None:
+        timeout = self.proxy.handshake_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                first = await self.reader.read(1)
+                if not first:
+                    return        # closed without a request: nothing to decide
+                if first == b"\x05":
+                    self.protocol = "socks5"
+                    await self._socks_request()
+                else:
+                    await self._http_request(first)
+        except TimeoutError:
+            raise Refusal("timeout", f"no complete request within {timeout:g} s") from None
+        if self.protocol == "http":
+            await self._relay(tunnel=False)
+        else:
+            await self._relay(tunnel=True)
+
+    # ---------------------------------------------------------------- protocols
+
+    async def _http_request(self, first: bytes) -> None:
+        try:
+            rest = await self.reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            raise Refusal("bad_request", f"request head over {httphead.MAX_HEAD} bytes") from None
+        except asyncio.IncompleteReadError:
+            raise Refusal("bad_request", "the request head ended early") from None
+        try:
+            request = httphead.parse_request(first + rest)
+        except httphead.BadRequest as exc:
+            raise Refusal("bad_request", str(exc)) from None
+        self.protocol = "connect" if request.is_connect else "http"
+        await self.decide(request.host, request.port)
+        if request.is_connect:
+            self.replied = True
+            self.writer.write(httphead.reply(200))
+            await self.writer.drain()
+        else:
+            head = request.forward_head()
+            self.upstream.write(head)
+            self.bytes_up += len(head)
+            await self.upstream.drain()
+
+    async def _socks_request(self) -> None:
+        methods = await self.reader.readexactly((await self.reader.readexactly(1))[0])
+        if 0x00 not in methods:
+            self.writer.write(b"\x05\xff")
+            self.replied = True
+            raise Refusal("bad_request", "no acceptable SOCKS5 method (only no-auth)")
+        self.writer.write(b"\x05\x00")
+        self.greeted = True
+        await self.writer.drain()
+        ver, cmd, _, atyp = await self.reader.readexactly(4)
+        if ver != 5:
+            raise Refusal("bad_request", "not a SOCKS5 request", socks_code=0x01)
+        if atyp == 0x01:
+            host = socket.inet_ntop(socket.AF_INET, await self.reader.readexactly(4))
+        elif atyp == 0x04:
+            host = socket.inet_ntop(socket.AF_INET6, await self.reader.readexactly(16))
+        elif atyp == 0x03:
+            raw = await self.reader.readexactly((await self.reader.readexactly(1))[0])
+            try:
+                host = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise Refusal("bad_request", "undecodable name", socks_code=0x01) from None
+        else:
+            raise Refusal("bad_request", f"address type {atyp}", socks_code=0x08)
+        port = int.from_bytes(await self.reader.readexactly(2), "big")
+        self.host, self.port = host[:255], port
+        if cmd != 0x01:
+            raise Refusal("unsupported_command", f"SOCKS5 command {cmd}", socks_code=0x07)
+        await self.decide(host, port)
+        self.replied = True
+        self.writer.write(_SOCKS_OK)
+        await self.writer.drain()
+
+    # ---------------------------------------------------------------- the decision
+
+    async def decide(self, host: str, port: int) -> None:
+        """Check ``host:port`` and connect to it (``self.upstream``), or raise Refusal."""
+        norm = normalise_host(host)
+        self.host, self.port = (norm[0] if norm else host[:255]), port
+        if norm is None:
+            raise Refusal("bad_request", "not a valid host name or address", socks_code=0x01)
+        name, literal = norm
+        allow = self.proxy.allow
+        if allow.match(name, port) is None:
+            if literal is not None:
+                raise Refusal("ip_literal_not_listed", "this IP address is not on the allow list",
+                              socks_code=0x02)
+            raise Refusal("not_allowed", "not on the allow list", socks_code=0x02)
+        if literal is not None:
+            self.literal, addresses = True, [literal]
+        else:
+            addresses = await self._resolve(name, port)
+            for addr in addresses:
+                if is_special(addr) and not allow.lists_address(addr, port):
+                    raise Refusal("special_address", f"resolves to {addr}, a special address not on the allow list",
+                                  address=str(addr), socks_code=0x02)
+        await self._connect(addresses, port)
+
+    async def _resolve(self, name: str, port: int) -> list:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.proxy.resolve_timeout):
+                answers = await loop.run_in_executor(None, self.proxy.resolver, name, port)
+        except (TimeoutError, OSError, UnicodeError, ValueError) as exc:
+            raise Refusal("resolve_failed", f"cannot resolve: {exc or 'timed out'}") from None
+        out = []
+        for text in answers or ():
+            addr = parse_address(text)
+            if addr is not None and addr not in out:
+                out.append(addr)
+        if not out:
+            raise Refusal("resolve_failed", "the name has no address")
+        return out
+
+    async def _connect(self, addresses: list, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        last = None
+        for addr in addresses:
+            family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                sock.setblocking(False)
+                async with asyncio.timeout(self.proxy.connect_timeout):
+                    await loop.sock_connect(sock, (str(addr), port))
+                self.up_reader, self.upstream = await asyncio.open_connection(sock=sock, limit=CHUNK)
+                self.address = str(addr)
+                return
+            except (OSError, TimeoutError) as exc:
+                sock.close()
+                last = exc
+            except BaseException:
+                sock.close()
+                raise
+        code = 0x04 if isinstance(last, TimeoutError) or getattr(last, "errno", None) in (113, 101) else 0x05
+        raise Refusal("connect_failed", f"cannot connect: {last or 'timed out'}", socks_code=code)
+
+    # ---------------------------------------------------------------- relaying
+
+    async def _relay(self, tunnel: bool) -> None:
+        """Relay both ways. A tunnel ends when both directions have; a forwarded request
+        when the origin server closes (it was asked to: ``Connection: close``)."""
+        up = asyncio.create_task(self._pump_up(first_check=tunnel))
+        down = asyncio.create_task(self._pump_down())
+        try:
+            if tunnel:
+                await asyncio.gather(up, down)
+            else:
+                await down
+        finally:
+            for task in (up, down):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(up, down, return_exceptions=True)
+
+    async def _pump_down(self) -> None:
+        try:
+            while data := await self.up_reader.read(CHUNK):
+                self.writer.write(data)
+                self.bytes_down += len(data)
+                await self.writer.drain()
+        except OSError:
+            pass
+        if self.writer.can_write_eof() and not self.writer.is_closing():
+            try:
+                self.writer.write_eof()
+            except OSError:
+                pass
+
+    async def _pump_up(self, first_check: bool) -> None:
+        try:
+            first = await self._check_first_bytes() if first_check else b""
+            if first:
+                self.upstream.write(first)
+                self.bytes_up += len(first)
+                await self.upstream.drain()
+            while first is not None and (data := await self.reader.read(CHUNK)):
+                self.upstream.write(data)
+                self.bytes_up += len(data)
+                await self.upstream.drain()
+        except OSError:
+            return
+        if self.upstream.can_write_eof() and not self.upstream.is_closing():
+            try:
+                self.upstream.write_eof()
+            except OSError:
+                pass
+
+    async def _check_first_bytes(self) -> bytes | None:
+        """The client's first bytes through a tunnel, once checked (None: it sent none);
+        Refusal when a ClientHello names another host, or none on port 443."""
+        must_tls = self.port == 443 and not self.literal
+        limit = self.proxy.handshake_timeout
+        try:
+            if must_tls:
+                async with asyncio.timeout(limit):
+                    data = await self.reader.read(CHUNK)
+            else:
+                data = await self.reader.read(CHUNK)
+            if not data:
+                return None
+            if not sni.looks_like_tls(data):
+                if must_tls:
+                    raise Refusal("not_tls", "port 443 of a name is reached with TLS only", address=self.address)
+                return data
+            async with asyncio.timeout(limit):
+                hello = sni.parse_client_hello(data)
+                while hello.status == sni.NEED_MORE:
+                    more = await self.reader.read(CHUNK)
+                    if not more:
+                        return None
+                    data += more
+                    hello = sni.parse_client_hello(data)
+        except TimeoutError:
+            raise Refusal("timeout", "no TLS ClientHello in time", address=self.address) from None
+        if self.literal:
+            return data     # a listed address: whatever name the client gives
+        if hello.status != sni.OK:
+            raise Refusal("sni_missing" if hello.status == sni.NOT_TLS else "bad_request",
+                          "not a readable TLS ClientHello", address=self.address)
+        if hello.sni is None:
+            raise Refusal("sni_missing", "the TLS ClientHello names no server", address=self.address)
+        if normalise_name(hello.sni) != self.host:
+            raise Refusal("sni_mismatch", f"the TLS ClientHello names {hello.sni[:255]!r}", address=self.address)
+        return data

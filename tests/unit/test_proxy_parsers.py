@@ -1,0 +1,160 @@
+"""The proxy's parsers of hostile input: the TLS ClientHello's server name
+(pysandbox/proxy/sni.py) and HTTP request heads (pysandbox/proxy/httphead.py)."""
+
+from __future__ import annotations
+
+import ssl
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pysandbox.proxy import httphead, sni
+
+
+def client_hello(name: str | None, *, tls13_only: bool = False) -> bytes:
+    """The first flight of Python's own TLS client (OpenSSL) for ``name``."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    if tls13_only:
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    conn = ctx.wrap_bio(incoming, outgoing, server_hostname=name)
+    with pytest.raises(ssl.SSLWantReadError):
+        conn.do_handshake()
+    return outgoing.read()
+
+
+def split_records(hello: bytes, size: int) -> bytes:
+    """The same ClientHello, its handshake message cut into records of ``size`` bytes."""
+    assert hello[0] == 0x16
+    body = hello[5:5 + int.from_bytes(hello[3:5], "big")]
+    out = b""
+    for i in range(0, len(body), size):
+        part = body[i:i + size]
+        out += b"\x16\x03\x01" + struct.pack(">H", len(part)) + part
+    return out
+
+
+def test_real_client_hellos():
+    for name in ("pypi.test", "Files.Test", "xn--bcher-kva.example"):
+        for tls13 in (False, True):
+            hello = sni.parse_client_hello(client_hello(name, tls13_only=tls13))
+            assert (hello.status, hello.sni) == (sni.OK, name)
+    assert (sni.parse_client_hello(client_hello(None)).status, sni.parse_client_hello(client_hello(None)).sni) \
+        == (sni.OK, None)
+
+
+def test_every_prefix_needs_more_and_records_may_be_split():
+    hello = client_hello("pypi.test")
+    for cut in range(len(hello)):
+        assert sni.parse_client_hello(hello[:cut]).status == sni.NEED_MORE, cut
+    for size in (1, 7, 100, 300):
+        split = split_records(hello, size)
+        assert sni.parse_client_hello(split).sni == "pypi.test", size
+        for cut in range(0, len(split), 37):
+            assert sni.parse_client_hello(split[:cut]).status == sni.NEED_MORE
+
+
+def test_not_tls_and_malformed():
+    assert sni.parse_client_hello(b"GET / HTTP/1.1\r\n").status == sni.NOT_TLS
+    assert sni.parse_client_hello(b"\x16\x02").status == sni.NOT_TLS        # not version 3.x
+    assert sni.parse_client_hello(b"\x16\x03\x01\x00\x00").status == sni.MALFORMED   # empty record
+    assert sni.parse_client_hello(b"\x16\x03\x01\x50\x00").status == sni.MALFORMED   # record too large
+    assert sni.parse_client_hello(b"\x16\x03\x01\x00\x04\x02\x00\x00\x00").status == sni.MALFORMED  # ServerHello
+    hello = bytearray(client_hello("pypi.test"))
+    hello[6:9] = (sni.MAX_HELLO + 1).to_bytes(3, "big")                          # a huge handshake length
+    assert sni.parse_client_hello(bytes(hello)).status == sni.MALFORMED
+    body = bytearray(client_hello("pypi.test"))
+    body[5 + 4 + 34] = 200                                                      # session id length > 32
+    assert sni.parse_client_hello(bytes(body)).status == sni.MALFORMED
+
+
+def _hello_with_extensions(exts: bytes) -> bytes:
+    body = b"\x03\x03" + b"\x00" * 32 + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00" + struct.pack(">H", len(exts)) + exts
+    hs = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs
+
+
+def _sni_ext(*entries: tuple[int, bytes]) -> bytes:
+    names = b"".join(bytes([kind]) + struct.pack(">H", len(n)) + n for kind, n in entries)
+    data = struct.pack(">H", len(names)) + names
+    return b"\x00\x00" + struct.pack(">H", len(data)) + data
+
+
+def test_crafted_server_names():
+    assert sni.parse_client_hello(_hello_with_extensions(_sni_ext((0, b"a.test")))).sni == "a.test"
+    # two host names, two server_name extensions, an empty or spaced or non-ASCII name: malformed
+    for exts in (_sni_ext((0, b"a.test"), (0, b"b.test")), _sni_ext((0, b"a.test")) * 2,
+                 _sni_ext((0, b"")), _sni_ext((0, b"a .test")), _sni_ext((0, "ü.test".encode())),
+                 _sni_ext((1, b"a.test")), _sni_ext((0, b"a.test"))[:-1]):
+        assert sni.parse_client_hello(_hello_with_extensions(exts)).status == sni.MALFORMED, exts
+    # another name type beside the host name is skipped
+    assert sni.parse_client_hello(_hello_with_extensions(_sni_ext((1, b"x"), (0, b"a.test")))).sni == "a.test"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=600), st.integers(0, 520))
+def test_never_raises(noise, cut):
+    for data in (noise, b"\x16\x03\x01" + noise, _hello_with_extensions(noise), _hello_with_extensions(noise)[:cut]):
+        result = sni.parse_client_hello(data)
+        assert result.status in (sni.OK, sni.NEED_MORE, sni.NOT_TLS, sni.MALFORMED)
+
+
+# ---------------------------------------------------------------- HTTP heads
+
+def test_absolute_form_is_rewritten_for_the_origin():
+    req = httphead.parse_request(
+        b"GET http://PyPI.test:8080/simple/x?y=1#frag HTTP/1.1\r\nHost: evil.test\r\nUser-Agent: t\r\n"
+        b"Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n"
+        b"Keep-Alive: 5\r\nProxy-Connection: keep-alive\r\nUpgrade: h2c\r\nTE: trailers\r\n\r\n")
+    assert (req.method, req.host, req.port, req.path) == ("GET", "PyPI.test", 8080, "/simple/x?y=1")
+    head = req.forward_head().decode()
+    assert head.startswith("GET /simple/x?y=1 HTTP/1.1\r\nHost: PyPI.test:8080\r\n")
+    assert "User-Agent: t\r\n" in head and head.endswith("Connection: close\r\n\r\n")
+    for gone in ("evil.test", "Proxy-Authorization", "X-Drop", "Keep-Alive", "Proxy-Connection", "Upgrade", "TE:",
+                 "keep-alive"):
+        assert gone not in head, gone
+
+
+@pytest.mark.parametrize("head, host, port, path", [
+    (b"GET http://a.test HTTP/1.1\r\n\r\n", "a.test", 80, "/"),
+    (b"GET http://a.test?q HTTP/1.0\r\n\r\n", "a.test", 80, "/?q"),
+    (b"POST http://[::1]:8080/p HTTP/1.1\r\nContent-Length: 0\r\n\r\n", "[::1]", 8080, "/p"),
+    (b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n", "a.test", 443, ""),
+    (b"CONNECT [2001:db8::1]:8443 HTTP/1.1\r\n\r\n", "[2001:db8::1]", 8443, ""),
+])
+def test_requests(head, host, port, path):
+    req = httphead.parse_request(head)
+    assert (req.host, req.port, req.path) == (host, port, path)
+
+
+@pytest.mark.parametrize("head", [
+    b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",                     # origin-form: not a proxy request
+    b"GET https://a.test/ HTTP/1.1\r\n\r\n",
+    b"GET ftp://a.test/ HTTP/1.1\r\n\r\n",
+    b"GET http://user@a.test/ HTTP/1.1\r\n\r\n",
+    b"GET http://a.test:99999/ HTTP/1.1\r\n\r\n",
+    b"GET http://a.test/ HTTP/2\r\n\r\n",
+    b"GET  http://a.test/ HTTP/1.1\r\n\r\n",
+    b"GET http://a.test/a b HTTP/1.1\r\n\r\n",
+    b"CONNECT a.test HTTP/1.1\r\n\r\n",
+    b"CONNECT a.test:0 HTTP/1.1\r\n\r\n",
+    b"G(T http://a.test/ HTTP/1.1\r\n\r\n",
+    b"GET http://a.test/ HTTP/1.1\r\nNo colon here\r\n\r\n",
+    b"GET http://a.test/ HTTP/1.1\r\nBad Name: x\r\n\r\n",
+    b"GET http://a.test/ HTTP/1.1\r\nX: a\nY: b\r\n\r\n",
+    b"GET http://a.test/ HTTP/1.1\r\n" + b"X: y\r\n" * (httphead.MAX_HEADERS + 1) + b"\r\n",
+])
+def test_bad_requests(head):
+    with pytest.raises(httphead.BadRequest):
+        httphead.parse_request(head)
+
+
+def test_refusal_reply_names_host_and_reason():
+    data = httphead.reply(403, "pysandbox proxy: refused example.com:443: not on the allow list (not_allowed)")
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert f"Content-Length: {len(body)}".encode() in head
+    assert body == b"pysandbox proxy: refused example.com:443: not on the allow list (not_allowed)\n"
