@@ -362,3 +362,37 @@ def test_cli_status_reports_proxy(tmp_path):
     got = json.loads(done.stdout)
     assert got["network_mode"] == "proxy" and got["network"]["proxy"]["available"]
     assert all(b["network"]["proxy"]["available"] for b in got["backends"].values() if b["available"])
+
+
+# ---------------------------------------------------------------- the rest of deny mode holds
+
+def test_proxy_mode_keeps_deny_modes_seccomp_and_authority_masking(tmp_path):
+    from pysandbox import authority, plan as P
+    deny, proxy = _policy(tmp_path, network="deny"), _policy(tmp_path, ("pypi.org",))
+    progs = [[op.program for op in P.compile(p).ops if isinstance(op, P.Seccomp)] for p in (deny, proxy)]
+    assert progs[0] == progs[1]
+    assert set(authority.ENV_VARIABLES) <= set(proxy.env.unset)
+    assert [op for op in proxy.fs if isinstance(op, pysandbox.Hide)] == \
+        [op for op in deny.fs if isinstance(op, pysandbox.Hide)]
+    # control: allow mode has neither the family refusals nor the masking
+    allow = _policy(tmp_path, network="allow")
+    assert [op.program for op in P.compile(allow).ops if isinstance(op, P.Seccomp)] != progs[0]
+    assert not set(authority.ENV_VARIABLES) & set(allow.env.unset)
+
+
+def test_vsock_refused_inside_with_live_control(backend, tmp_path):
+    script = r'''
+import errno, socket
+try:
+    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close()
+    print("made")
+except OSError as exc:
+    print(errno.errorcode.get(exc.errno, exc.errno))
+'''
+    control = pysandbox.run(_py(script), policy=_policy(tmp_path, network="allow"), backend=backend,
+                            capture_output=True, text=True)
+    if control.stdout.strip() == "EAFNOSUPPORT":
+        from tests.support import not_applicable
+        not_applicable("no vsock transport on this host to refuse")
+    done = pysandbox.run(_py(script), policy=_policy(tmp_path), backend=backend, capture_output=True, text=True)
+    assert done.stdout.strip() == "EAFNOSUPPORT", done.stdout + done.stderr
