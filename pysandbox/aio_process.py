@@ -79,6 +79,12 @@ class Process:
         return self._popen.args
 
     @property
+    def proxy(self):
+        """Network proxy mode: the launch's :class:`pysandbox.egress.Egress` (counts,
+        events), as :attr:`SandboxProcess.proxy`; None otherwise."""
+        return getattr(self._popen, "proxy", None)
+
+    @property
     def returncode(self) -> int | None:
         """The returncode once the end was learnt, else None."""
         fut = self._exit
@@ -302,4 +308,7 @@ async def run_flow(create, *, input, capture_output: bool, timeout, check: bool,
     retcode = proc.returncode
     if check and retcode:
         raise CalledProcessError(retcode, proc.args, output=stdout, stderr=stderr)
-    return CompletedProcess(proc.args, retcode, stdout, stderr)
+    done = CompletedProcess(proc.args, retcode, stdout, stderr)
+    if getattr(proc, "proxy", None) is not None:
+        done.proxy = proc.proxy   # network proxy mode: its counts and events
+    return done

@@ -244,6 +244,11 @@ print(sum(ok))
 
 # ---------------------------------------------------------------- lifetime
 
+def _proxy_threads() -> list:
+    """The engine's threads (pysandbox/proxy/server.py names them)."""
+    return [t for t in threading.enumerate() if t.name.startswith("pysandbox-proxy")]
+
+
 def _socket_inodes() -> set[str]:
     out = set()
     for fd in os.listdir("/proc/self/fd"):
@@ -258,43 +263,43 @@ def _socket_inodes() -> set[str]:
 
 def test_listener_thread_and_descriptors_are_gone_when_the_sandbox_ends(backend, tmp_path):
     fds_before = set(os.listdir("/proc/self/fd"))
-    threads_before = set(threading.enumerate())
+    assert _proxy_threads() == []
     # The listener's inode, read inside; held by this process while the sandbox runs.
     proc = pysandbox.Popen(["sh", "-c", "cat /proc/net/tcp; read x"], policy=_policy(tmp_path), backend=backend,
                            stdin=pysandbox.PIPE, stdout=pysandbox.PIPE, text=True)
     first = proc.stdout.readline() and proc.stdout.readline().split()
     inode = first[9]
     assert inode in _socket_inodes()                             # control: ours while it runs
-    assert set(threading.enumerate()) - threads_before            # control: the proxy's thread
+    assert _proxy_threads()                                      # control: the proxy's thread
     proc.communicate("\n", timeout=60)
     assert proc.returncode == 0
     assert inode not in _socket_inodes()
-    assert set(threading.enumerate()) - threads_before == set()
+    assert _proxy_threads() == []
     assert set(os.listdir("/proc/self/fd")) == fds_before
 
 
 def test_killed_sandbox_closes_its_proxy(backend, tmp_path):
-    threads_before = set(threading.enumerate())
+    assert _proxy_threads() == []
     proc = pysandbox.Popen(["sleep", "60"], policy=_policy(tmp_path), backend=backend)
-    assert set(threading.enumerate()) - threads_before
+    assert _proxy_threads()   # control: it runs while the sandbox does
     proc.kill()
     proc.wait(timeout=60)
-    assert set(threading.enumerate()) - threads_before == set()
+    assert _proxy_threads() == []
 
 
 def test_timeout_closes_the_proxy(backend, tmp_path):
-    threads_before = set(threading.enumerate())
+    assert _proxy_threads() == []
     with pytest.raises(pysandbox.TimeoutExpired):
         pysandbox.run(["sleep", "60"], policy=_policy(tmp_path), backend=backend, timeout=0.5, kill_grace=0.5)
-    assert set(threading.enumerate()) - threads_before == set()
+    assert _proxy_threads() == []
 
 
 def test_failed_launch_closes_the_proxy(backend, tmp_path):
     fds_before = set(os.listdir("/proc/self/fd"))
-    threads_before = set(threading.enumerate())
+    assert _proxy_threads() == []
     with pytest.raises(FileNotFoundError):
         pysandbox.run(["/no/such/command"], policy=_policy(tmp_path), backend=backend)
-    assert set(threading.enumerate()) - threads_before == set()
+    assert _proxy_threads() == []
     assert set(os.listdir("/proc/self/fd")) == fds_before
 
 
@@ -396,3 +401,32 @@ except OSError as exc:
         not_applicable("no vsock transport on this host to refuse")
     done = pysandbox.run(_py(script), policy=_policy(tmp_path), backend=backend, capture_output=True, text=True)
     assert done.stdout.strip() == "EAFNOSUPPORT", done.stdout + done.stderr
+
+
+def test_asyncio_run_has_the_proxy_and_closes_it(backend, tmp_path):
+    import asyncio
+    import pysandbox.aio
+    assert _proxy_threads() == []
+    events = []
+    done = asyncio.run(pysandbox.aio.run(_py(CONNECT) + ["not-listed.test:443"], policy=_policy(tmp_path),
+                                         backend=backend, capture_output=True, on_proxy_event=events.append))
+    assert done.stdout.split()[1] == b"403", done.stderr
+    assert done.proxy.counts == {"allowed": 0, "refused": 1} and [e.host for e in events] == ["not-listed.test"]
+    assert _proxy_threads() == []
+
+
+def test_cli_interrupted_ends_sandbox_and_proxy(backend, tmp_path):
+    import signal
+    proc = subprocess.Popen([sys.executable, "-m", "pysandbox", "run", "--backend", backend, "--network", "proxy",
+                             "--", "sh", "-c", "echo ready; sleep 60"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
