@@ -138,6 +138,7 @@ int psb_write_file_at(int dirfd, const char *path, const char *text);
 size_t psb_path_copy(char buf[PATH_MAX], const char *path);
 int psb_copy_fd(int from, int to);
 int psb_loopback_up(void);
+int psb_send_fds(int sock, char tag, const int *fds, int n);
 int psb_listen_send(int sock, int port);
 void psb_fmt_map(char *buf, unsigned int id);
 

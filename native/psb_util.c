@@ -110,6 +110,35 @@ int psb_loopback_up(void)
     return r;
 }
 
+/* Any process, no malloc: one byte ``tag`` with ``n`` (1 or 2) descriptors (SCM_RIGHTS)
+ * over unix socket ``sock``. Returns 0, or -1 with errno set. */
+int psb_send_fds(int sock, char tag, const int *fds, int n)
+{
+    struct iovec iov = { &tag, 1 };
+    union { struct cmsghdr h; char buf[CMSG_SPACE(2 * sizeof(int))]; } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
+    ssize_t sent;
+    do {
+        sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent == 1)
+        return 0;
+    if (sent >= 0)
+        errno = EPIPE;
+    return -1;
+}
+
 /* Runs in the setup process inside the sandbox's new network namespace, after "lo"
  * is up, before the command exists (network proxy mode): the proxy's listener is made
  * here, so it is listening before the command can run and no process of the sandbox
@@ -156,29 +185,8 @@ int psb_listen_send(int sock, int port)
     } else if (errno != EAFNOSUPPORT) {
         goto out;
     }
-    char byte = 'L';
-    struct iovec iov = { &byte, 1 };
-    union { struct cmsghdr h; char buf[CMSG_SPACE(2 * sizeof(int))]; } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(n * sizeof(int));
-    memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
-    ssize_t sent;
-    do {
-        sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
-    } while (sent < 0 && errno == EINTR);
-    if (sent == 1)
+    if (psb_send_fds(sock, 'L', fds, n) == 0)
         r = 0;
-    else if (sent >= 0)
-        errno = EPIPE;
 out:;
     int saved = errno;
     for (int k = 0; k < 2; k++)
