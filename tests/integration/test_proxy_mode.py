@@ -430,3 +430,40 @@ def test_cli_interrupted_ends_sandbox_and_proxy(backend, tmp_path):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_command_cannot_take_over_the_proxy_port(backend, tmp_path):
+    # Root inside (its own user namespace), no capabilities: it cannot bind the proxy's
+    # port beside the listener (no SO_REUSEPORT on ours) nor kill its sockets; the
+    # control binds another loopback port in the same script.
+    script = r'''
+import errno, socket
+for port in (3128, 3129):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        print(port, "bound")
+    except OSError as exc:
+        print(port, errno.errorcode.get(exc.errno, exc.errno))
+'''
+    done = pysandbox.run(_py(script), policy=_policy(tmp_path), backend=backend, capture_output=True, text=True)
+    assert done.stdout.splitlines() == ["3128 EADDRINUSE", "3129 bound"], done.stdout + done.stderr
+
+
+def test_ipv6_loopback_listener_is_the_same_proxy(backend, tmp_path):
+    from tests.support import host_capability
+    if host_capability("ipv6") is not None:
+        from tests.support import not_applicable
+        not_applicable("no IPv6 here: only 127.0.0.1 is served")
+    script = r'''
+import socket
+s = socket.create_connection(("::1", 3128), timeout=20)
+s.sendall(b"CONNECT v6.test:443 HTTP/1.1\r\nHost: v6.test:443\r\n\r\n")
+print(s.recv(100).split(b"\r\n")[0].decode())
+'''
+    done = pysandbox.run(_py(script), policy=_policy(tmp_path), backend=backend, capture_output=True, text=True)
+    assert done.stdout.split()[1] == "403", done.stdout + done.stderr
+    assert [(e.host, e.verdict) for e in done.proxy.events] == [("v6.test", "refused")]
