@@ -467,3 +467,19 @@ print(s.recv(100).split(b"\r\n")[0].decode())
     done = pysandbox.run(_py(script), policy=_policy(tmp_path), backend=backend, capture_output=True, text=True)
     assert done.stdout.split()[1] == "403", done.stdout + done.stderr
     assert [(e.host, e.verdict) for e in done.proxy.events] == [("v6.test", "refused")]
+
+
+def test_launch_without_the_proxy_socket_fails_closed(backend, tmp_path):
+    # The negative twin of the hand-over: a launch of a proxy plan with no socket to send
+    # the listener over never runs the command (typed setup error, stage "proxy listener").
+    from pysandbox.backends import get_backend
+    from pysandbox.backends.base import Launch
+    from pysandbox.errors import SetupError
+    from pysandbox.process import compiled
+    marker = tmp_path / "work" / "ran"
+    plan = compiled(_policy(tmp_path))
+    with pytest.raises(SetupError) as err:
+        get_backend(backend).spawn(plan, Launch(argv=["sh", "-c", f"touch {marker}"],
+                                                env={"PATH": os.environ["PATH"]}))
+    assert err.value.stage == "proxy listener", err.value
+    assert not marker.exists()
