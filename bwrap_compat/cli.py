@@ -32,8 +32,14 @@ class _Out:
     @classmethod
     def msg(cls, level: int, text: str) -> None:
         prefix = f"<{level}>" if cls.level_prefix else ""
-        sys.stderr.write(f"{prefix}bwrap: {text}\n")
+        line = f"{prefix}bwrap: {text}\n"
         sys.stderr.flush()
+        out = getattr(sys.stderr, "buffer", None)
+        if out is None:      # a text-only stderr (tests replace it): no bytes to give back
+            sys.stderr.write(line)
+        else:                # a path's non-UTF-8 bytes as bwrap prints them, not as \udcXX
+            out.write(os.fsencode(line))
+            out.flush()
 
 
 def die(text: str) -> int:

@@ -435,12 +435,12 @@ def _status(args, profile=None) -> int:
     if args.verbose:
         import logging
         logging.getLogger("pysandbox").info("pysandbox: backend %s", st.backend)
+    from .status_text import emit, format_status
     if args.json:
         import json
-        print(json.dumps(st.to_dict(), indent=2, sort_keys=True))
+        emit(json.dumps(st.to_dict(), indent=2, sort_keys=True))
     else:
-        from .status_text import format_status
-        print(format_status(st))
+        emit(format_status(st))
     return 0 if st.available else 1
 
 

@@ -3,6 +3,20 @@
 from __future__ import annotations
 
 
+def emit(text: str) -> None:
+    """Print the report; a reader that went away (``pysandbox status | head``) is not an
+    error: the rest is dropped quietly, and stdout is pointed at /dev/null so the
+    interpreter's own flush at exit does not raise again."""
+    import os
+    import sys
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def format_status(st) -> str:
     """The human table of ``pysandbox status``."""
     verdict = "available" if st.available else f"UNAVAILABLE: {st.reason}"

@@ -3,7 +3,8 @@ counts; the stable reason codes; the delivery to the caller and the logger.
 
 A refused connection's event is emitted when it is refused; an allowed one's when the
 connection ends, with the bytes relayed each way (``bytes_up``: client to upstream,
-``bytes_down``: upstream to client). Every event goes to the ``pysandbox.proxy`` logger
+``bytes_down``: upstream to client); a connection closed before its first byte is
+no event. Every event goes to the ``pysandbox.proxy`` logger
 (refusals at WARNING, the rest at INFO) and to the caller's ``on_event``.
 """
 
@@ -70,12 +71,12 @@ class ProxyEvent:
         return f"proxy refused {self.protocol} {where}{via}: {self.reason} ({REASONS.get(self.reason, '')})"
 
 
-def deliver(event: ProxyEvent, on_event) -> None:
-    """Log ``event`` and hand it to ``on_event``; an exception of the callback is logged,
-    never raised (it runs on the proxy's thread)."""
-    if event.verdict == REFUSED:
+def deliver(event: ProxyEvent, on_event, log: bool = True) -> None:
+    """Log ``event`` (unless ``log`` is false) and hand it to ``on_event``; an exception
+    of the callback is logged, never raised (it runs on the proxy's thread)."""
+    if log and event.verdict == REFUSED:
         logger.warning("%s", event.describe())
-    else:
+    elif log:
         logger.info("%s", event.describe())
     if on_event is not None:
         try:

@@ -82,6 +82,7 @@ class EgressProxy:
         self._failed: BaseException | None = None
         self._closed = False
         self._tasks: set = set()
+        self._limit_logged = -1e9
 
     # ---------------------------------------------------------------- what it saw
 
@@ -102,11 +103,11 @@ class EgressProxy:
         """Connections being served now."""
         return len(self._tasks)
 
-    def _record(self, event: ProxyEvent) -> None:
+    def _record(self, event: ProxyEvent, log: bool = True) -> None:
         with self._lock:
             self._events.append(event)
             self._counts[event.verdict] = self._counts.get(event.verdict, 0) + 1
-        deliver(event, self.on_event)
+        deliver(event, self.on_event, log)
 
     # ---------------------------------------------------------------- life
 
@@ -200,8 +201,13 @@ class EgressProxy:
         task = asyncio.current_task()
         if len(self._tasks) >= self.max_connections:
             writer.close()
+            # a flood is counted and delivered in full, logged at most once a second
+            now = time.monotonic()
+            log = now - self._limit_logged >= 1.0
+            if log:
+                self._limit_logged = now
             self._record(ProxyEvent(time=time.time(), host="", port=0, verdict=REFUSED,
-                                    reason="too_many_connections", protocol=""))
+                                    reason="too_many_connections", protocol=""), log)
             return
         self._tasks.add(task)
         try:

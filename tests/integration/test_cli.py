@@ -243,3 +243,20 @@ def test_forwarded_signal_reaches_the_command(backend, wd, sig):
             proc.wait()
     assert out == f"got {int(sig)}\n"
     assert proc.returncode == 7
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_status_into_a_closed_pipe_is_quiet(extra):
+    """``pysandbox status | head -1``: a reader that went away is not a traceback."""
+    def into_closed_pipe(argv):
+        r, w = os.pipe()
+        os.close(r)                       # every write now fails with EPIPE (Python ignores SIGPIPE)
+        try:
+            return subprocess.run(argv, stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(w)
+    control = into_closed_pipe([sys.executable, "-c", "print('x' * 100, flush=True)"])
+    assert "BrokenPipeError" in control.stderr        # the pipe really is closed
+    done = into_closed_pipe([sys.executable, "-m", "pysandbox", "status", *extra])
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 1), done.stderr

@@ -101,3 +101,19 @@ def test_pybwrap_takes_them_as_bwrap_does(raw_dir):
         assert os.path.exists(os.path.join(sub, tag))
         outs.append(done.stdout)
     assert outs[0] == outs[1] == sub + b"\n"
+
+
+@pytest.mark.requires("bwrap", "native")
+def test_pybwrap_error_names_the_path_by_its_bytes(raw_dir):
+    """A missing non-UTF-8 source: pybwrap's message carries the path's own bytes, as
+    bwrap's does (not Python's ``\\udcff`` escapes)."""
+    missing = os.path.join(raw_dir, b"gone-\xff")
+    bwrap = shutil.which("bwrap")
+    pybwrap = [sys.executable, "-c", "import sys; from bwrap_compat.cli import main; sys.exit(main())"]
+    errs = []
+    for tool in ([bwrap], pybwrap):
+        done = subprocess.run([*tool, "--ro-bind", missing, "/x", "true"], capture_output=True, timeout=120)
+        assert done.returncode == 1, done.stderr
+        errs.append(done.stderr)
+    assert missing in errs[0]                 # the control: bwrap prints the raw bytes
+    assert errs[1] == errs[0]

@@ -11,7 +11,9 @@ Ending it closes the server's stdin, kills it by its pid (its namespace and the 
 pair go with it) and deletes the host end if still there.
 
 ``lab.resolver(extra)`` is the proxy's resolver hook: every name of :data:`NAMES` ->
-the server's address, ``loopback.test`` -> 127.0.0.1, plus ``extra``; any other name
+the server's address, ``loopback.test`` -> 127.0.0.1, ``v6.test`` -> the server's IPv6
+address (``lab.server6``, a unique-local fdXX:: one; None where the host has no IPv6),
+plus ``extra``; any other name
 fails to resolve (never real DNS). The server's address is private, so a proxy test
 lists it (``lab.listed``) to allow the names that resolve to it, exactly as a user
 lists a private address.
@@ -36,6 +38,7 @@ from pathlib import Path
 from tests.support import need
 
 NAMES = ("pypi.test", "files.test", "other.test", "www.example.test", "sub.wild.test")
+V6_NAME = "v6.test"       # resolves to the server's IPv6 address only (where the host has IPv6)
 LOOPBACK_NAME = "loopback.test"
 USERNS_ENV = "PYSANDBOX_PROXYLAB_USERNS"
 REPO = Path(__file__).resolve().parents[2]
@@ -84,11 +87,13 @@ def make_ca(directory: Path, names=NAMES) -> dict:
 
 class Lab:
     """A running lab: ``server`` (its address text), ``host_side`` (ours), ``ca``
-    (the CA's PEM path), ``root`` (the directory the servers serve files from),
-    ``pid`` (the server process, holding the namespace), ``http_ports``, ``https_ports``."""
+    (the CA's PEM path), ``root`` (the directory the servers serve files from: put a
+    package index or a git tree there), ``pid`` (the server process, holding the
+    namespace), ``veth`` (our end), ``names``, ``http_ports``, ``https_ports``."""
 
-    def __init__(self, server, host_side, ca, root, pid, veth):
+    def __init__(self, server, host_side, ca, root, pid, veth, names=NAMES, server6=None):
         self.server, self.host_side, self.ca, self.root, self.pid, self.veth = server, host_side, ca, root, pid, veth
+        self.names, self.server6 = names, server6
         self.http_ports, self.https_ports = (80, 8080), (443, 8443)
 
     @property
@@ -96,9 +101,18 @@ class Lab:
         """The allow-list entries that allow the server's address on the lab's ports."""
         return tuple(f"{self.server}:{p}" for p in (*self.http_ports, *self.https_ports))
 
+    @property
+    def listed6(self) -> tuple:
+        """The same for the server's IPv6 address (empty without IPv6)."""
+        if self.server6 is None:
+            return ()
+        return tuple(f"[{self.server6}]:{p}" for p in (*self.http_ports, *self.https_ports))
+
     def resolver(self, extra: dict | None = None):
-        table = {name: [self.server] for name in NAMES}
+        table = {name: [self.server] for name in self.names}
         table[LOOPBACK_NAME] = ["127.0.0.1"]
+        if self.server6 is not None:
+            table[V6_NAME] = [self.server6]
         table.update(extra or {})
 
         def resolve(host: str, port: int) -> list[str]:
@@ -146,13 +160,15 @@ def can_make_lab() -> str | None:
 
 
 @contextlib.contextmanager
-def netlab(directory: Path):
+def netlab(directory: Path, names=NAMES):
+    """See the module's docstring; ``names``: the names the server's certificate holds
+    and ``lab.resolver`` maps to the server."""
     why = can_make_lab()
     if why is not None:
-        need("root", why)
+        need("proxylab", why)
     if os.environ.get(USERNS_ENV) == "1":
         _ip("link", "set", "lo", "up")          # our own namespace's lo (unshare -n leaves it down)
-    tls = make_ca(directory / "tls")
+    tls = make_ca(directory / "tls", (*names, V6_NAME))
     root = directory / "www"
     root.mkdir(parents=True, exist_ok=True)
     net = _free_subnet()
@@ -175,8 +191,17 @@ def netlab(directory: Path):
         _ip("link", "set", "lo", "up", pid=proc.pid)
         _ip("addr", "add", f"{server}/30", "dev", peer, pid=proc.pid)
         _ip("link", "set", peer, "up", pid=proc.pid)
+        server6 = None
+        if os.path.exists("/proc/net/if_inet6"):
+            # a unique-local /64 from the same random bits; nodad: usable at once
+            prefix = f"fd{tag[:2]}:{tag[2:6]}:{tag[6:8]}00::"
+            _ip("-6", "addr", "add", f"{prefix}1/64", "dev", veth, "nodad")
+            _ip("-6", "addr", "add", f"{prefix}2/64", "dev", peer, "nodad", pid=proc.pid)
+            server6 = str(ipaddress.ip_address(f"{prefix}2"))     # the canonical spelling
         _wait_reachable(server)
-        yield Lab(server, host_side, str(tls["ca"]), root, proc.pid, veth)
+        if server6 is not None:
+            _wait_reachable(server6)
+        yield Lab(server, host_side, str(tls["ca"]), root, proc.pid, veth, tuple(names), server6)
     finally:
         with contextlib.suppress(OSError):
             proc.stdin.close()

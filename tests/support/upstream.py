@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import os
+import socket
 import ssl
 import sys
 import threading
@@ -38,8 +40,16 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 
 
 class Server(http.server.ThreadingHTTPServer):
+    """Dual-stack where the namespace has IPv6 (``::`` with IPV6_V6ONLY off), else IPv4."""
+
     request_queue_size = 1024
     daemon_threads = True
+    address_family = socket.AF_INET6 if os.path.exists("/proc/net/if_inet6") else socket.AF_INET
+
+    def server_bind(self):
+        if self.address_family == socket.AF_INET6:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
 
 def serve(port: int, root: str, context: ssl.SSLContext | None) -> Server:
