@@ -9,7 +9,8 @@ program, pysandbox native, pysandbox's bwrap backend, raw bwrap. Sections: launc
 latency (network deny and allow), mount scaling, throughput, 5,000 back-to-back
 launches, start-up (startup.py: whole command lines next to bwrap and to `python -I -c pass`),
 memory; and (sessions.py) commands in a live session, a warm pool, asyncio batches, a session soak;
-and (proxy.py) the latency and throughput the egress proxy adds to a request. Exit status 0 when every section ran; 1 when a
+and (proxy.py) the latency and throughput the egress proxy adds to a request, (proxy_launch.py) what
+network proxy mode adds to a launch. Exit status 0 when every section ran; 1 when a
 contender could not run (unless --allow-missing) or a launch failed; 2 usage.
 Targets missed are reported, not failures: these are benchmarks, not tests.
 """
@@ -31,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contenders as C  # noqa: E402
 import measure as M  # noqa: E402
 import proxy as P  # noqa: E402
+import proxy_launch as PL  # noqa: E402
 import sessions as S  # noqa: E402
 import startup as U  # noqa: E402
 from measure import Summary, ms, ratio  # noqa: E402
@@ -404,7 +406,8 @@ def section_ballast(report: Report, cfg: dict, deadline: float) -> None:
 SECTIONS = {"launch": section_launch, "ballast": section_ballast, "mounts": section_mounts,
             "throughput": section_throughput, "soak": section_soak, "startup": U.section_startup,
             "memory": section_memory, "session": S.section_session, "pool": S.section_pool,
-            "aio": S.section_aio, "session_soak": S.section_session_soak, "proxy": P.section_proxy}
+            "aio": S.section_aio, "session_soak": S.section_session_soak, "proxy": P.section_proxy,
+            "proxy_launch": PL.section_proxy_launch}
 
 
 def main(argv=None) -> int:

@@ -67,6 +67,10 @@ enum psb_op_kind {
                                  before its exec (psb_exec), after every descriptor of the
                                  setup (pty included) is open: a low RLIMIT_NOFILE never
                                  breaks the setup (pysandbox/limits.py) */
+    PSB_OP_LISTEN,            /* n=port: network proxy mode (after LOOPBACK): listen on
+                                 127.0.0.1:n (and [::1]:n where the namespace has IPv6),
+                                 send the listener(s) over the launch's proxy_fd (SCM_RIGHTS)
+                                 and close them and proxy_fd (psb_listen_send) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */
@@ -155,6 +159,7 @@ struct psb_launch {
                                  slave as controlling terminal, and closes master and socket */
     int pty_stdio;            /* bit i: the slave becomes descriptor i (instead of stdio[i]) */
     unsigned long pty_winsize; /* rows << 16 | cols set on the new pty (0: left as is) */
+    int proxy_fd;             /* >= 0: a unix socket for the LISTEN op (else LISTEN fails EBADF) */
 };
 
 struct psb_result {

@@ -29,6 +29,11 @@
  *   -R RES SOFT HARD  setrlimit(RES) in the command's process right before its seccomp
  *                 filters and exec, after the pty (pysandbox/limits.py): the setup is
  *                 never under them
+ *   -p FD PORT    network proxy mode: right away, in this process (inside the sandbox's
+ *                 network namespace, whose lo bwrap brought up; before the command
+ *                 exists) listen on 127.0.0.1:PORT and [::1]:PORT (unless the namespace
+ *                 has no IPv6), send the listener(s) over unix socket FD (SCM_RIGHTS)
+ *                 and close them and FD, as native/psb_util.c psb_listen_send
  *   -x            exec mode: no fork; after the setup, write STARTED and exec the
  *                 command in this process (as_pid_1, or no pid namespace); an exec
  *                 failure is FAILED after STARTED and exit 126
@@ -77,6 +82,10 @@ PSB_START(psb_binit_main);
 #define NR_GETSID 124
 #define NR_OPENAT 257
 #define NR_PRLIMIT64 302
+#define NR_SOCKET 41
+#define NR_BIND 49
+#define NR_LISTEN 50
+#define NR_SETSOCKOPT 54
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -135,6 +144,7 @@ PSB_START(psb_binit_main);
 #define F_PTY 11
 #define F_RLIMIT 12
 #define MAX_RLIMITS 8
+#define F_PROXY 13
 #define O_RDWR 2
 #define O_NOCTTY 0400
 #define TIOCSCTTY 0x540E
@@ -238,6 +248,63 @@ static long open_pty(long sock, long mask, long ws)
         if (mask & (1L << fd))
             r = sys6(NR_DUP2, slave, fd, 0, 0, 0, 0);
     sys6(NR_CLOSE, slave, 0, 0, 0, 0, 0);
+    return r < 0 ? r : 0;
+}
+
+struct cmsg_fds { unsigned long len; int level, type; int fd[2]; };   /* CMSG_SPACE(2 * sizeof(int)) */
+
+/* Runs in the init (inside the sandbox's network namespace, lo up, before the fork of
+ * the command): the proxy's listener(s), as native/psb_util.c psb_listen_send. Returns
+ * 0 or -errno; the listeners and sock are closed either way. */
+static long listen_send(long sock, long port)
+{
+    long fds[2] = { -1, -1 }, r;
+    int n = 0;
+    unsigned short nport = (unsigned short)(((port & 0xff) << 8) | ((port >> 8) & 0xff));
+    struct { unsigned short family, port; unsigned int addr; unsigned char zero[8]; } a4 =
+        { 2 /* AF_INET */, nport, 0x0100007f /* 127.0.0.1 */, { 0 } };
+    struct { unsigned short family, port; unsigned int flow; unsigned char addr[16]; unsigned int scope; } a6 =
+        { 10 /* AF_INET6 */, nport, 0, { 0 }, 0 };
+    a6.addr[15] = 1;   /* ::1 */
+    r = fds[0] = sys6(NR_SOCKET, 2, 1 | O_CLOEXEC /* SOCK_STREAM */, 0, 0, 0, 0);
+    if (r >= 0)
+        r = sys6(NR_BIND, fds[0], (long)&a4, sizeof a4, 0, 0, 0);
+    if (r >= 0)
+        r = sys6(NR_LISTEN, fds[0], 4096, 0, 0, 0, 0);
+    if (r >= 0) {
+        n = 1;
+        fds[1] = sys6(NR_SOCKET, 10, 1 | O_CLOEXEC, 0, 0, 0, 0);
+        if (fds[1] >= 0) {
+            int one = 1;
+            r = sys6(NR_SETSOCKOPT, fds[1], 41 /* IPPROTO_IPV6 */, 26 /* IPV6_V6ONLY */, (long)&one, sizeof one, 0);
+            if (r >= 0)
+                r = sys6(NR_BIND, fds[1], (long)&a6, sizeof a6, 0, 0, 0);
+            if (r >= 0)
+                r = sys6(NR_LISTEN, fds[1], 4096, 0, 0, 0, 0);
+            if (r >= 0)
+                n = 2;
+            else if (r == -99 /* EADDRNOTAVAIL: no IPv6 here */)
+                r = 0;
+        } else if (fds[1] != -97 /* EAFNOSUPPORT */) {
+            r = fds[1];
+        }
+    }
+    if (r >= 0) {
+        char byte = 'L';
+        struct iovec iov = { &byte, 1 };
+        struct cmsg_fds cm = { 16 + 4 * (unsigned long)n /* CMSG_LEN */, SOL_SOCKET, SCM_RIGHTS,
+                               { (int)fds[0], (int)fds[1] } };
+        struct msghdr msg = { 0, 0, &iov, 1, &cm, 24, 0 };
+        do
+            r = sys6(NR_SENDMSG, sock, (long)&msg, MSG_NOSIGNAL, 0, 0, 0);
+        while (r == -4 /* EINTR */);
+        if (r == 0)
+            r = -EINVAL;
+    }
+    for (int k = 0; k < 2; k++)
+        if (fds[k] >= 0)
+            sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
+    sys6(NR_CLOSE, sock, 0, 0, 0, 0, 0);
     return r < 0 ? r : 0;
 }
 
@@ -371,6 +438,14 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             rlimits[nrlimits][2] = (unsigned long)hard;
             nrlimits++;
             i += 3;
+        } else if (streq(o, "-p") && i + 2 < argc) {
+            long sock = parse(argv[i + 1]), port = parse(argv[i + 2]);
+            if (sock < 3 || port <= 0 || port > 65535)
+                fail(F_USAGE, i);
+            long e = listen_send(sock, port);
+            if (e < 0)
+                fail(F_PROXY, -e);
+            i += 2;
         } else if (streq(o, "-x")) {
             exec_mode = 1;
         } else if (streq(o, "-L")) {

@@ -57,26 +57,7 @@ static int psb_open_pty(const struct psb_launch *l)
         goto fail;
     if (ioctl(slave, TIOCSCTTY, 0) != 0)
         goto fail;
-    char byte = 'T';
-    struct iovec iov = { &byte, 1 };
-    union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct msghdr msg;
-    memset(&msg, 0, sizeof msg);
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof ctl.buf;
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &master, sizeof(int));
-    ssize_t r;
-    do {
-        r = sendmsg(l->pty_fd, &msg, MSG_NOSIGNAL);
-    } while (r < 0 && errno == EINTR);
-    if (r != 1)
+    if (psb_send_fds(l->pty_fd, 'T', &master, 1) != 0)
         goto fail;
     close(master);
     close(l->pty_fd);
@@ -328,6 +309,9 @@ static void psb_child_main(struct psb_child *c, int start)
             break;
         case PSB_OP_LOOPBACK:
             r = psb_loopback_up();
+            break;
+        case PSB_OP_LISTEN:
+            r = psb_listen_send(c->launch->proxy_fd, (int)op->n);
             break;
         case PSB_OP_HOSTNAME:
             r = sethostname(P(c, op->a), strlen(P(c, op->a)));

@@ -20,6 +20,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -140,6 +142,8 @@ int psb_write_file_at(int dirfd, const char *path, const char *text);
 size_t psb_path_copy(char buf[PATH_MAX], const char *path);
 int psb_copy_fd(int from, int to);
 int psb_loopback_up(void);
+int psb_send_fds(int sock, char tag, const int *fds, int n);
+int psb_listen_send(int sock, int port);
 void psb_fmt_map(char *buf, unsigned int id);
 
 /* psb_mount.c */

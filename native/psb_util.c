@@ -110,6 +110,93 @@ int psb_loopback_up(void)
     return r;
 }
 
+/* Any process, no malloc: one byte ``tag`` with ``n`` (1 or 2) descriptors (SCM_RIGHTS)
+ * over unix socket ``sock``. Returns 0, or -1 with errno set. */
+int psb_send_fds(int sock, char tag, const int *fds, int n)
+{
+    struct iovec iov = { &tag, 1 };
+    union { struct cmsghdr h; char buf[CMSG_SPACE(2 * sizeof(int))]; } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, n * sizeof(int));
+    ssize_t sent;
+    do {
+        sent = sendmsg(sock, &msg, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent == 1)
+        return 0;
+    if (sent >= 0)
+        errno = EPIPE;
+    return -1;
+}
+
+/* Runs in the setup process inside the sandbox's new network namespace, after "lo"
+ * is up, before the command exists (network proxy mode): the proxy's listener is made
+ * here, so it is listening before the command can run and no process of the sandbox
+ * serves it. 127.0.0.1:port always; [::1]:port (IPV6_V6ONLY) unless this namespace has
+ * no IPv6 (EAFNOSUPPORT, EADDRNOTAVAIL: ipv6.disable). The listener(s) leave over
+ * ``sock`` in one SCM_RIGHTS message (the launcher's end serves them on the host) and
+ * are closed here with ``sock``: nothing of them reaches the command. Returns 0, or -1
+ * with errno set. */
+int psb_listen_send(int sock, int port)
+{
+    int fds[2] = { -1, -1 }, n = 0, r = -1;
+    if (sock < 0 || port <= 0 || port > 65535) {
+        errno = sock < 0 ? EBADF : EINVAL;
+        return -1;
+    }
+    struct sockaddr_in a4;
+    memset(&a4, 0, sizeof a4);
+    a4.sin_family = AF_INET;
+    a4.sin_port = htons((uint16_t)port);
+    a4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fds[0] < 0 || bind(fds[0], (struct sockaddr *)&a4, sizeof a4) != 0 || listen(fds[0], 4096) != 0)
+        goto out;
+    n = 1;
+    fds[1] = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fds[1] >= 0) {
+        struct sockaddr_in6 a6;
+        int one = 1;
+        memset(&a6, 0, sizeof a6);
+        a6.sin6_family = AF_INET6;
+        a6.sin6_port = htons((uint16_t)port);
+        a6.sin6_addr = in6addr_loopback;
+        if (setsockopt(fds[1], IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0 ||
+            bind(fds[1], (struct sockaddr *)&a6, sizeof a6) != 0) {
+            if (errno != EADDRNOTAVAIL)
+                goto out;
+            close(fds[1]);
+            fds[1] = -1;
+        } else if (listen(fds[1], 4096) != 0) {
+            goto out;
+        } else {
+            n = 2;
+        }
+    } else if (errno != EAFNOSUPPORT) {
+        goto out;
+    }
+    if (psb_send_fds(sock, 'L', fds, n) == 0)
+        r = 0;
+out:;
+    int saved = errno;
+    for (int k = 0; k < 2; k++)
+        if (fds[k] >= 0)
+            close(fds[k]);
+    close(sock);
+    errno = saved;
+    return r;
+}
+
 /* Any process, no stdio or malloc: "<id> <id> 1\n". */
 void psb_fmt_map(char *buf, unsigned int id)
 {

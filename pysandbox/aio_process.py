@@ -84,6 +84,12 @@ class Process:
         return getattr(self._popen, "limit", None)
 
     @property
+    def proxy(self):
+        """Network proxy mode: the launch's :class:`pysandbox.egress.Egress` (counts,
+        events), as :attr:`SandboxProcess.proxy`; None otherwise."""
+        return getattr(self._popen, "proxy", None)
+
+    @property
     def returncode(self) -> int | None:
         """The returncode once the end was learnt, else None."""
         fut = self._exit
@@ -312,4 +318,6 @@ async def run_flow(create, *, input, capture_output: bool, timeout, check: bool,
         raise exc
     done = CompletedProcess(proc.args, retcode, stdout, stderr)
     done.limit = limit
+    if getattr(proc, "proxy", None) is not None:
+        done.proxy = proc.proxy   # network proxy mode: its counts and events
     return done

@@ -14,12 +14,8 @@ import signal
 import sys
 
 from . import __version__, cli_limits
+from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
-
-EXIT_SETUP = 125
-EXIT_NOEXEC = 126
-EXIT_NOTFOUND = 127
-EXIT_USAGE = 2
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE = KILL_GRACE   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
 PROG = "pysandbox"
@@ -60,6 +56,9 @@ flag (--clearenv, --strict-unix, ...) turns its setting on, never off.
 errors: a policy mistake (a missing --chdir, --hide /, ...) is exit 2 and names the
 option or the profile's file, line and key; --verbose adds the plan step of a setup
 failure and logs the backend choice and the setup's steps with their timings.
+
+network proxy: deny's namespace plus an HTTP/SOCKS5 proxy at 127.0.0.1:3128 (HTTP(S)_PROXY, ALL_PROXY;
+NO_PROXY unset) for the --allow-host names only ("*." wildcards); --verbose prints refusals.
 
 kernel surface: the built-in seccomp filter refuses keyctl/add_key/request_key (the
 caller's session keyring stays out of reach), io_uring (unless --allow-io-uring with
@@ -104,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run CMD in a sandbox: / read-only, the working directory "
                                      "read-write, fresh /proc, minimal /dev, private /tmp, new user, "
                                      "mount, pid, ipc, uts and (network deny) net namespaces.")
-    _common_args(run, "deny: a new network namespace with only lo (default); allow: the host network")
+    _common_args(run, "deny: a new network namespace with only lo (default); allow: the host network; "
+                      "proxy: deny's, plus a proxy for the --allow-host names")
     wd = run.add_mutually_exclusive_group()
     wd.add_argument("--workdir", metavar="PATH",
                     help="directory bound read-write and started in (default: the current directory; "
@@ -169,7 +169,9 @@ def _common_args(parser, network_help: str) -> None:
     parser.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     _profile_arg(parser)
     _backend_arg(parser)
-    parser.add_argument("--network", choices=("deny", "allow"), default=None, help=network_help)
+    parser.add_argument("--network", choices=("deny", "allow", "proxy"), default=None, help=network_help)
+    parser.add_argument("--allow-host", action="append", default=[], type=_allow_host, metavar="HOST[:PORT]",
+                        help="with --network proxy: a host the proxy lets through (repeatable)")
 
 
 def _backend_arg(parser):
@@ -194,6 +196,14 @@ def _fd(text: str) -> int:
     except OSError:
         raise argparse.ArgumentTypeError(f"descriptor {fd} is not open") from None
     return fd
+
+
+def _allow_host(text: str) -> str:
+    from .proxy.rules import PolicyError, parse_allow_host
+    try:
+        return parse_allow_host(text) and text
+    except PolicyError as exc:
+        raise argparse.ArgumentTypeError(exc.args[0]) from None
 
 
 def _seconds(text: str) -> float:
@@ -253,8 +263,8 @@ def _policy(args, profile=None):
         kw["workdir"] = _default_workdir()   # "." is the default workdir, with its home-directory check
     if args.network is not None:
         kw["network"] = args.network
-    for name in ("ro", "rw", "hide", "tmpfs"):
-        kw[name] = list(kw.get(name, ())) + list(getattr(args, name))
+    for name in ("ro", "rw", "hide", "tmpfs", "allow_hosts"):
+        kw[name] = list(kw.get(name, ())) + list(getattr(args, name if name != "allow_hosts" else "allow_host"))
     if args.chdir is not None:
         kw["chdir"] = args.chdir
     env = kw.get("env", Env())
@@ -274,6 +284,9 @@ def _policy(args, profile=None):
     policy = Policy.default(**kw)
     if profile is not None:
         profile.check_outside(policy)
+    if policy.network.mode == "proxy" and not args.verbose:
+        from .egress import quiet_events
+        quiet_events()   # the proxy's refusals (warnings) reach stderr with --verbose only
     return policy
 
 
@@ -358,21 +371,6 @@ def _run(parser, args, profile=None) -> int:
             signal.signal(sig, handler)
 
 
-def _start_failed(command, exc: OSError) -> int:
-    """The exit status and line for a command that did not start (a SandboxError: raised again)."""
-    from .errors import Reason, SandboxError
-    if isinstance(exc, SandboxError):
-        raise exc
-    if isinstance(exc, FileNotFoundError):
-        _say(f"{command[0]}: command not found ({exc.strerror})")
-        return EXIT_NOTFOUND
-    if isinstance(exc, PermissionError):
-        _say(f"{command[0]}: not executable ({exc.strerror})")
-        return EXIT_NOEXEC
-    _say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
-    return EXIT_SETUP
-
-
 def _launch_and_wait(args, command, policy, started, pending) -> int:
     from .process import Popen, TimeoutExpired
     from .trace import clock, ms
@@ -380,7 +378,7 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
     try:
         proc = Popen(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd))
     except OSError as exc:
-        return _start_failed(command, exc)
+        return start_failed(command, exc, _say)
     started.append(proc)
     if args.verbose:
         import logging
@@ -417,7 +415,7 @@ def _run_in_terminal(args, command, policy) -> int:
         code = run_in_terminal(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd),
                                timeout=args.timeout, on_start=started, on_timeout=timed_out, grace=GRACE)
     except OSError as exc:
-        return _start_failed(command, exc)
+        return start_failed(command, exc, _say)
     cli_limits.report(*procs)
     return exit_status(code)
 
@@ -428,11 +426,13 @@ def _status(args, profile=None) -> int:
     _launch_settings(args, profile)
     if profile is not None:
         kw = {"network": args.network} if args.network is not None else {}
+        if args.allow_host:
+            kw["allow_hosts"] = list(profile.get("allow_hosts", ())) + args.allow_host
         if profile.raw.get("workdir") == ".":
             kw["workdir"] = _default_workdir()
         policy = profile.policy(Policy, Env, **kw)
     else:
-        policy = Policy.default(network=args.network or "deny")
+        policy = Policy.default(network=args.network or "deny", allow_hosts=args.allow_host)
     st = status(policy, backend=args.backend)
     if args.verbose:
         import logging

@@ -9,9 +9,11 @@ import re
 
 from . import cli_limits
 
+# The exit statuses of `pysandbox run` besides the command's own (README, "Exit status")
+EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 # Policy field (PolicyError.field) -> the option that sets it
-OPTION_OF = {"chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw", "hide": "--hide",
-             "tmpfs": "--tmpfs", "profile": "--profile", **cli_limits.OPTION_OF}
+OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw",
+             "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", **cli_limits.OPTION_OF}
 _STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
 
 
@@ -69,3 +71,19 @@ def _canon(path):
         return os.path.realpath(path)
     except (TypeError, ValueError):
         return path
+
+
+def start_failed(command, exc: OSError, say) -> int:
+    """The exit status and line (through ``say``) for a command that did not start (a
+    SandboxError is the caller's to report: raised again)."""
+    from .errors import Reason, SandboxError
+    if isinstance(exc, SandboxError):
+        raise exc
+    if isinstance(exc, FileNotFoundError):
+        say(f"{command[0]}: command not found ({exc.strerror})")
+        return EXIT_NOTFOUND
+    if isinstance(exc, PermissionError):
+        say(f"{command[0]}: not executable ({exc.strerror})")
+        return EXIT_NOEXEC
+    say(f"{Reason.SETUP_FAILED.value}: cannot start the sandbox: {exc}")
+    return EXIT_SETUP

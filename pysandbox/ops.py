@@ -160,6 +160,14 @@ class LoopbackUp:
 
 
 @dataclass(frozen=True)
+class ProxyListener:
+    """Network proxy mode, right after LoopbackUp: the setup listens on 127.0.0.1:port
+    (and [::1]:port) inside the new network namespace and hands the listener(s) to the
+    launcher, which serves the egress proxy on the host side (pysandbox/egress.py)."""
+    port: int
+
+
+@dataclass(frozen=True)
 class SetHostname:
     name: str
 

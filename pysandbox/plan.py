@@ -133,6 +133,8 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
     ops.append(PivotRoot())
     if "net" in ns:
         ops.append(LoopbackUp())
+        if policy.network.mode == "proxy":
+            ops.append(ProxyListener(P.PROXY_PORT))
     if policy.hostname is not None:
         ops.append(SetHostname(policy.hostname))
     if policy.userns2_fd is not None:   # as bwrap: after everything that needs the first one's rights

@@ -22,7 +22,12 @@ from .records import dataclass, field, replace
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
 NETWORK_MODES = ("deny", "allow", "proxy")
-IMPLEMENTED_NETWORK_MODES = ("deny", "allow")
+IMPLEMENTED_NETWORK_MODES = ("deny", "allow", "proxy")
+# Network proxy mode (pysandbox/egress.py): the listener's port in the sandbox's own (fresh)
+# network namespace, and the variables the command gets, which its policy cannot set.
+PROXY_PORT = 3128
+PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+                   "http_proxy", "https_proxy", "all_proxy", "no_proxy")
 _ENV_NAME = re.compile(r"^[^=\x00]+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
 # Linux capability names (capability(7)), without the CAP_ prefix, lower case.
@@ -44,8 +49,16 @@ CAPABILITIES = (
 @dataclass(frozen=True)
 class Network:
     """``deny``: a new network namespace with only ``lo`` up. ``allow``: host network.
-    ``proxy`` (with ``allow_hosts``) is modelled but fails closed with
-    ``network_mode_unsupported`` until it is built."""
+    ``proxy``: deny's namespace, plus an egress proxy on the host reachable inside at
+    ``127.0.0.1:3128`` that lets through only the ``allow_hosts`` entries
+    (``HOST[:PORT]``, ``*.`` wildcards, IP literals only when listed; syntax of
+    :func:`pysandbox.proxy.rules.parse_allow_host`). An empty ``allow_hosts`` refuses
+    every request (each refusal is still an event: a way to see what a command tries).
+
+    Raises:
+        PolicyError: an unknown mode or a bad allow-list entry (``invalid_value``);
+            ``allow_hosts`` without mode ``proxy`` (``conflicting_options``).
+    """
 
     mode: str = "deny"
     allow_hosts: tuple[str, ...] = ()
@@ -56,10 +69,16 @@ class Network:
                               Reason.INVALID_VALUE, self.mode)
         hosts = as_tuple(self.allow_hosts, "allow_hosts")
         if any(not isinstance(h, str) or not h for h in hosts):
-            raise PolicyError("allow_hosts must be non-empty strings", Reason.INVALID_VALUE, hosts)
+            raise PolicyError("allow_hosts must be non-empty strings", Reason.INVALID_VALUE, hosts,
+                              field="allow_hosts")
         if hosts and self.mode != "proxy":
-            raise PolicyError("allow_hosts needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS, hosts)
-        set_field(self, "allow_hosts", hosts)
+            raise PolicyError("allow_hosts needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS, hosts,
+                              field="allow_hosts")
+        if hosts:
+            from .proxy.rules import parse_allow_host   # the one syntax (PolicyError invalid_value)
+            for host in hosts:
+                parse_allow_host(host)
+        set_field(self, "allow_hosts", tuple(dict.fromkeys(hosts)))
 
     @property
     def implemented(self) -> bool:
@@ -208,6 +227,11 @@ class Policy:
             raise PolicyError("network must be a mode string or Network", Reason.INVALID_VALUE, self.network)
         if not isinstance(self.env, Env):
             raise PolicyError("env must be an Env", Reason.INVALID_VALUE, self.env)
+        if self.network.mode == "proxy":
+            named = [n for n, _ in self.env.set if n in PROXY_ENV_NAMES]
+            if named:
+                raise PolicyError(f"network proxy mode sets {', '.join(named)} itself (the proxy's address; "
+                                  "NO_PROXY unset): the policy cannot set them", Reason.CONFLICTING_OPTIONS, named)
         if self.chdir is not None:
             set_field(self, "chdir", check_path(self.chdir, "chdir", field="chdir"))
         set_field(self, "uid", check_id(self.uid, "uid"))
@@ -280,14 +304,15 @@ class Policy:
 
     @classmethod
     def default(cls, workdir=None, network: str = "deny", ro: Iterable = (), rw: Iterable = (),
-                hide: Iterable = (), tmpfs: Iterable = (), **overrides) -> "Policy":
+                hide: Iterable = (), tmpfs: Iterable = (), allow_hosts: Iterable = (), **overrides) -> "Policy":
         """The default policy (README.md, "The policy").
 
         ``/`` read-only, ``workdir`` (if given; never ``/`` itself) read-write and the initial directory
         (``workdir``, ``ro`` and ``rw`` paths are taken as the host resolves their
         symlinks when the policy is built, and bound at that canonical path),
         fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
-        uts and (network deny) net namespaces; die with parent; new session. Extra
+        uts and (network deny or proxy) net namespaces; die with parent; new session.
+        ``allow_hosts`` with ``network="proxy"``: the proxy's allow-list (:class:`Network`). Extra
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs``
         adds private tmpfs mounts. Nested paths are applied parents first. In network
         deny mode the well-known Unix-socket authority (authority.py) that exists now is
@@ -341,7 +366,12 @@ class Policy:
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
             op for _, _, op in items)
-        return cls(fs=fs, network=Network(network) if isinstance(network, str) else network, **overrides)
+        if isinstance(network, str):
+            network = Network(network, allow_hosts)
+        elif allow_hosts:
+            raise PolicyError("allow_hosts goes in the Network given as network", Reason.CONFLICTING_OPTIONS,
+                              allow_hosts)
+        return cls(fs=fs, network=network, **overrides)
 
     @classmethod
     def from_toml(cls, path, **overrides) -> "Policy":

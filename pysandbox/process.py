@@ -22,6 +22,7 @@ from .backends import select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
+from .egress import Egress, apply_proxy_env, check_callback
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
@@ -130,7 +131,8 @@ class SandboxProcess(BackendPopen):
 
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
                  env=None, pass_fds=(), on_start=None, cwd=None,
-                 close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None, **kwargs):
+                 close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None,
+                 on_proxy_event=None, _proxy_resolver=None, **kwargs):
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session"):
             if kwargs.get(bad) not in (None, False):
@@ -165,7 +167,20 @@ class SandboxProcess(BackendPopen):
             _plan.check_terminal(self.plan)
             pty_socket = check_fd(pty_socket, "pty_socket")
         self._pty = (pty_socket, pty_stdio, pty_winsize)
-        super().__init__(argv, pass_fds=(), **kwargs)
+        self.proxy = None
+        if self.plan.network.mode == "proxy":
+            # _proxy_resolver: tests only (names of test hosts in a network namespace the
+            # test made); the default is the engine's, the host's resolver.
+            self.proxy = Egress(self.plan.network.allow_hosts, on_event=on_proxy_event, resolver=_proxy_resolver)
+            apply_proxy_env(self._sandbox_env, self.proxy.port)
+        else:
+            check_callback(on_proxy_event)
+        try:
+            super().__init__(argv, pass_fds=(), **kwargs)
+        except BaseException:
+            if self.proxy is not None:
+                self.proxy.close()
+            raise
 
     def _start_child(self, argv, stdin, stdout, stderr):
         limits = self.policy.limits
@@ -173,14 +188,23 @@ class SandboxProcess(BackendPopen):
         launch = Launch(argv=argv, env=self._sandbox_env, stdin=stdin, stdout=stdout, stderr=stderr,
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
                         close_in_setup=self._close_in_setup, pty_socket=self._pty[0], pty_stdio=self._pty[1],
-                        pty_winsize=self._pty[2], cgroup_procs=cgroups.procs_files if cgroups else ())
+                        pty_winsize=self._pty[2], cgroup_procs=cgroups.procs_files if cgroups else (),
+                        proxy_socket=None if self.proxy is None else self.proxy.their_fd)
         try:
             child = self.backend.spawn(self.plan, launch)
         except BaseException:
             if cgroups is not None:
                 cgroups.close()
             raise
-        return child if limits is None else LimitedChild(child, limits, cgroups)
+        if limits is not None:
+            child = LimitedChild(child, limits, cgroups)
+        if self.proxy is not None:
+            try:
+                self.proxy.start()
+            except BaseException:
+                _end_child(child)
+                raise
+        return child
 
     def _execute_child(self, *args):
         super()._execute_child(*args)
@@ -193,6 +217,13 @@ class SandboxProcess(BackendPopen):
         ``"cpu_time"``, ``"file_size"``, ``"wall_time"``; pysandbox/limits.py), or None;
         known once the command was reaped (``returncode`` set)."""
         return getattr(self._child, "limit", None)
+
+    def _handle_exitstatus(self, sts, *args, **kwargs):
+        try:
+            super()._handle_exitstatus(sts, *args, **kwargs)
+        finally:
+            if self.proxy is not None:
+                self.proxy.close()   # the sandbox is gone: so is its proxy
 
     def forward_signal(self, sig) -> None:
         """Deliver ``sig`` to the sandboxed command through the backend, without reaping
@@ -222,6 +253,17 @@ class SandboxProcess(BackendPopen):
     @property
     def backend_name(self) -> str:
         return self.backend.name
+
+
+def _end_child(child) -> None:
+    """Kill and reap a sandbox whose launch is abandoned after its spawn returned."""
+    child.kill_sandbox()
+    try:
+        os.kill(child.pid, signal.SIGKILL)
+        os.waitpid(child.pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    child.close()
 
 
 def Popen(args, *, policy: Policy | None = None, backend: str = "auto", **kwargs) -> SandboxProcess:
@@ -330,4 +372,6 @@ def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill
             raise exc
     done = CompletedProcess(proc.args, retcode, stdout, stderr)
     done.limit = limit   # the resource limit that ended the command, or None (SandboxProcess.limit)
+    if getattr(proc, "proxy", None) is not None:
+        done.proxy = proc.proxy   # network proxy mode: its counts and events
     return done

@@ -5,7 +5,8 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
 ``keep_authority_sockets``), every one optional::
 
     description = "what this profile is for"      # shown by nothing; for the reader
-    network = "deny"                               # or "allow"
+    network = "deny"                               # or "allow", or "proxy":
+    allow_hosts = ["pypi.org", "*.npmjs.org:443"]  # what the proxy lets through (network "proxy")
     workdir = "."                                  # a path ("." = the current directory,
                                                    # "~" expanded), or false: none
     ro = ["/opt/data"]                             # host paths bound read-only
@@ -74,6 +75,7 @@ _TOP = {
     **{k: "true or false" for k in _FLAGS}, "hostname": "a string", "uid": "an integer",
     "gid": "an integer", "caps_keep": "a list of capability names", "env": "a table", "run": "a table",
     "limits": "a table",
+    "allow_hosts": "a list of host names (HOST[:PORT])",
 }
 _ENV = {"clear": "true or false", "keep": "a list of names", "unset": "a list of names",
         "set": "a table of name = \"value\""}
@@ -151,7 +153,7 @@ class Profile:
         kw: dict = {}
         if "workdir" in self.values:
             kw["workdir"] = self.values["workdir"]
-        for key in ("network", *_PATHS, "chdir", "hostname", "uid", "gid", "keep_authority_sockets",
+        for key in ("network", "allow_hosts", *_PATHS, "chdir", "hostname", "uid", "gid", "keep_authority_sockets",
                     "strict_unix", "allow_io_uring", "allow_nested_userns"):
             if key in self.values:
                 kw[key] = self.values[key]

@@ -34,7 +34,7 @@ import uuid
 from . import plan as P
 from . import session_proto as W
 from ._popen import RemotePopen
-from .errors import PolicyError, Reason, SessionError
+from .errors import NetworkModeUnsupported, PolicyError, Reason, SessionError
 from .execpath import exec_candidates
 from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
@@ -254,6 +254,9 @@ class Sandbox:
     Raises (from the constructor):
         PolicyError: invalid policy; a policy without a pid namespace; a policy with
             ``limits`` (``conflicting_options``: resource limits are per one-shot launch).
+        NetworkModeUnsupported (network_mode_unsupported): network ``proxy``, one-shot
+            only (run/Popen/aio) for now: a session's commands would need the proxy
+            variables and its events per command (docs/ARCHITECTURE.md).
         BackendUnavailable, CapabilityUnavailable, SetupError: as a one-shot launch.
         SessionError (session_unavailable): the server cannot run here (no native module
             to carry it, no procfs at /proc) or did not become ready.
@@ -271,6 +274,9 @@ class Sandbox:
             raise PolicyError("resource limits apply to one-shot launches (run, Popen), not to sessions or "
                               "pools: launch the command with the policy instead", Reason.CONFLICTING_OPTIONS,
                               "limits", field="limits")
+        if self.policy.network.mode == "proxy":
+            raise NetworkModeUnsupported("network mode 'proxy' runs one-shot sandboxes (run, Popen, aio), not "
+                                         "sessions or pools yet", Reason.NETWORK_MODE_UNSUPPORTED)
         self.plan = compiled(self.policy)
         ops = self.plan.mount_ops
         if not any(isinstance(op, P.MountProc) and op.dest == "/proc" and not P.shadowed(i, ops)

@@ -7,7 +7,7 @@ exist yet: nothing in the sandbox could ptrace it), then does what the C init do
 ``SOURCE`` is this module's text below the marker line: only the standard library."""
 
 SOURCE = r'''
-import ctypes, os, select, signal, struct, sys
+import ctypes, errno, os, select, signal, socket, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(4, 0, 0, 0, 0)                          # PR_SET_DUMPABLE 0, first
 a = sys.argv[1:]
@@ -75,6 +75,36 @@ while i < len(a) and a[i] != "--":
         pty = tuple(int(x) for x in a[i + 1:i + 4])
         os.set_inheritable(pty[0], False)
         i += 3
+    elif o == "-p":                                # as psb_bwrap_init.c listen_send
+        lsock, port = socket.socket(fileno=int(a[i + 1])), int(a[i + 2])
+        made = []
+        try:
+            for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+                try:
+                    ls = socket.socket(fam, socket.SOCK_STREAM)
+                except OSError as e:
+                    if fam == socket.AF_INET6 and e.errno == errno.EAFNOSUPPORT:
+                        break
+                    raise
+                made.append(ls)
+                if fam == socket.AF_INET6:
+                    ls.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    ls.bind((host, port))
+                except OSError as e:
+                    if fam == socket.AF_INET6 and e.errno == errno.EADDRNOTAVAIL:
+                        made.pop().close()
+                        break
+                    raise
+                ls.listen(4096)
+            socket.send_fds(lsock, [b"L"], [x.fileno() for x in made])
+        except OSError as e:
+            fail(13, e.errno or 22)
+        finally:
+            for x in made:
+                x.close()
+            lsock.close()
+        i += 2
     elif o == "-x":
         exec_mode = True
     elif o == "-R":

@@ -48,6 +48,10 @@ class Launch:
     # in before any of its setup runs (native: its first process's pid, written before
     # any step; bwrap: the forked child writes itself before it execs bwrap).
     cgroup_procs: tuple[str, ...] = ()
+    # Network proxy mode (pysandbox/egress.py): a unix socket over which the setup,
+    # inside the new network namespace and before the command exists, sends the
+    # listener(s) it made at the plan's ProxyListener port (SCM_RIGHTS).
+    proxy_socket: int | None = None
 
 
 def pack_winsize(winsize: tuple[int, int] | None) -> int:

@@ -193,6 +193,8 @@ class BwrapBackend:
             raise BackendUnavailable("the bwrap backend sets the sandbox's rlimits in its own init, which needs a "
                                      "procfs at /proc in the sandbox; add Proc('/proc') or use the native backend",
                                      Reason.BWRAP_INIT_UNAVAILABLE)
+        if launch.proxy_socket is not None and not init:
+            raise _proxy_needs_init()
         init_fd = init_program(plan) if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = -1
@@ -206,10 +208,10 @@ class BwrapBackend:
             if init:
                 pty = None if launch.pty_socket is None else \
                     (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
-                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty)
+                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty,
+                                       launch.proxy_socket)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
-            if launch.pty_socket is not None:
-                passed.add(launch.pty_socket)
+            passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket) if fd is not None}
             if init:
                 passed |= {status_w} | ({init_fd} if init_fd is not None else set())
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
@@ -350,13 +352,12 @@ class BwrapBackend:
         caps = capabilities(info)
         network = {}
         for mode in ("deny", "allow", "proxy"):
-            if mode == "proxy":
-                network[mode] = CapabilityStatus(mode, False, Reason.NETWORK_MODE_UNSUPPORTED.value,
-                                                 "network mode 'proxy' is not built yet")
-                continue
             variant = policy if policy.network.mode == mode else policy.replace(network=Network(mode))
             try:
-                self.check(P.compile(variant))
+                plan = P.compile(variant)
+                self.check(plan)
+                if mode == "proxy" and not init_mode(plan):
+                    raise _proxy_needs_init()
                 network[mode] = CapabilityStatus(mode, True)
             except SandboxError as exc:
                 network[mode] = CapabilityStatus(mode, False, exc.reason.value, _message(exc))
@@ -386,3 +387,9 @@ def _message(exc: BaseException) -> str:
     """An error's message without its class name."""
     return exc.args[0] if getattr(exc, "args", None) else str(exc)
 
+
+
+def _proxy_needs_init() -> BackendUnavailable:
+    return BackendUnavailable("the bwrap backend makes network proxy mode's listener in its own init, which this "
+                              "policy does not run (it needs a procfs at /proc in the sandbox); use the native "
+                              "backend or add Proc('/proc')", Reason.BWRAP_INIT_UNAVAILABLE)

@@ -82,10 +82,12 @@ def proc_readonly_paths(plan: P.Plan) -> list[str]:
 
 
 def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
-                 binds, pty: tuple[int, int, int] | None = None) -> list[str]:
+                 binds, pty: tuple[int, int, int] | None = None, proxy_socket: int | None = None) -> list[str]:
     """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
     setup options (native/psb_bwrap_init.c), then the real command. ``pty``: (socket,
-    stdio mask, packed window size) of the sandbox's terminal (``-t``).
+    stdio mask, packed window size) of the sandbox's terminal (``-t``). ``proxy_socket``:
+    network proxy mode, where the init sends the listener of the plan's ProxyListener
+    (``-p``, first: before anything of the command exists).
 
     Raises:
         BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
@@ -99,7 +101,14 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
             "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
             Reason.BWRAP_INIT_UNAVAILABLE)
-    opts = ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
+    opts = []
+    listener = plan.first(P.ProxyListener)
+    if listener is not None:
+        if proxy_socket is None:
+            raise SetupError("network proxy mode needs the launcher's proxy socket", Reason.SETUP_FAILED,
+                             stage="proxy listener")
+        opts += ["-p", str(proxy_socket), str(listener.port)]
+    opts += ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
     if init_fd is not None and init_mode(plan) != "exec" and not plan.command_may_mount and _landlock():
         opts.append("-L")   # the command in a Landlock domain, the init dumpable (its owner reads it)
     for path in proc_readonly_paths(plan):
@@ -192,7 +201,7 @@ INIT_STARTED = 0x50534201
 INIT_FAILED = 0x50534202
 INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
                  5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline", 10: "landlock",
-                 11: "terminal", 12: "rlimit"}
+                 11: "terminal", 12: "rlimit", 13: "proxy listener"}
 
 
 def read_words(fd: int, count: int, timeout: float) -> list[int]:
@@ -224,6 +233,10 @@ def init_failure(what: int, detail: int, exe: str) -> Exception:
         return SetupError(f"the sandbox's terminal: cannot open a pty in the sandbox's /dev/pts or hand it "
                           f"over: {os.strerror(detail) if detail else detail}; the command did not run",
                           Reason.TERMINAL_UNAVAILABLE, stage="terminal", errno=detail or None)
+    if what == 12:
+        return SetupError(f"network proxy mode: cannot listen at 127.0.0.1 in the sandbox or hand the "
+                          f"listener over: {os.strerror(detail) if detail else detail}; the command did not run",
+                          Reason.SETUP_FAILED, stage="proxy listener", errno=detail or None)
     if what == 4:
         return SetupError("a bind's destination is not the inode the launcher validated (a symlink "
                           "or another mount was swapped in before bwrap bound it); the command "

@@ -119,8 +119,10 @@ def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False,
             elif not _vanished_hide(op, done, host):
                 out.extend(_render_mount(op, data_fd, probe))
             done.append(op)
-        elif isinstance(op, (P.Unshare, P.IdMap, P.PdeathSig, P.PivotRoot, P.LoopbackUp, P.NoNewPrivs)):
-            pass  # rendered above, or what bwrap always does (pivot_root, lo up, no_new_privs)
+        elif isinstance(op, (P.Unshare, P.IdMap, P.PdeathSig, P.PivotRoot, P.LoopbackUp, P.NoNewPrivs,
+                             P.ProxyListener)):
+            pass  # rendered above, what bwrap always does (pivot_root, lo up, no_new_privs), or our init's
+
         else:
             raise PolicyError(f"the bwrap backend cannot render {op!r}", Reason.INVALID_VALUE, op)
     return out

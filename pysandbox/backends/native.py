@@ -279,6 +279,7 @@ class NativeBackend:
         L.pty_fd = -1 if launch.pty_socket is None else launch.pty_socket
         L.pty_stdio = launch.pty_stdio
         L.pty_winsize = pack_winsize(launch.pty_winsize)
+        L.proxy_fd = -1 if launch.proxy_socket is None else launch.proxy_socket
         res = ffi.new("struct psb_result *")
         on_start = _placing(launch.cgroup_procs, launch.on_start)
         if on_start is None:

@@ -284,6 +284,10 @@ def _loopback(cx, op, i):
     cx.add("LOOPBACK", stage="loopback", plan_index=i, reason=Reason.LOOPBACK_SETUP_FAILED, filename="lo")
 
 
+def _listen(cx, op, i):
+    cx.add("LISTEN", n=op.port, stage="proxy listener", plan_index=i, filename=f"127.0.0.1:{op.port}")
+
+
 def _hostname(cx, op, i):
     cx.add("HOSTNAME", a=op.name, stage="hostname", plan_index=i)
 
@@ -350,7 +354,7 @@ _EMIT = {
     P.PdeathSig: _pdeathsig, P.BindMount: _bind, P.MountTmpfs: _tmpfs, P.MountOverlay: _overlay,
     P.MountProc: _proc, P.MinimalDev: _dev, P.MountMqueue: _mqueue, P.MakeDir: _dir, P.MakeSymlink: _symlink,
     P.WriteFile: _file, P.RemountReadonly: _remount_ro, P.ChangeMode: _chmod, P.PivotRoot: _pivot,
-    P.LoopbackUp: _loopback, P.SetHostname: _hostname, P.DisableUserns: _disable_userns,
+    P.LoopbackUp: _loopback, P.ProxyListener: _listen, P.SetHostname: _hostname, P.DisableUserns: _disable_userns,
     P.DropCapabilities: _caps, P.NoNewPrivs: _nnp, P.Seccomp: _seccomp, P.NewSession: _new_session,
     P.WaitFd: _wait_fd, P.Chdir: _chdir,
 }

@@ -306,12 +306,10 @@ def bwrap_info(path: str) -> BwrapInfo:
 def backend_down(name: str, reason: str, detail: str) -> BackendStatus:
     """The status of backend ``name`` when it cannot run here at all (not found, not
     importable, refused): every capability and network mode unavailable for ``reason``
-    (a Reason value) with ``detail``, except ``proxy``, which is not built yet."""
+    (a Reason value) with ``detail``."""
     from ..backends.base import BackendStatus, CapabilityStatus
     caps = [CapabilityStatus(c, False, reason, detail) for c in ("user", "mount", "pid", "proc", "net", "loopback")]
-    network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow")}
-    network["proxy"] = CapabilityStatus("proxy", False, Reason.NETWORK_MODE_UNSUPPORTED.value,
-                                        "network mode 'proxy' is not built yet")
+    network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow", "proxy")}
     return BackendStatus(name, False, reason, detail, caps, network)
 
 

@@ -71,7 +71,9 @@ def probe_native(subject=None) -> BackendStatus:
         "deny": CapabilityStatus("deny", deny_ok, None if deny_ok else deny_fail.reason, deny_fail.detail
                                  if not deny_ok else ""),
         "allow": CapabilityStatus("allow", True),
-        "proxy": CapabilityStatus("proxy", False, Reason.NETWORK_MODE_UNSUPPORTED.value, "not built yet"),
+        # proxy: deny's namespace; its listener is made by the same setup (LISTEN op)
+        "proxy": CapabilityStatus("proxy", deny_ok, None if deny_ok else deny_fail.reason, deny_fail.detail
+                                  if not deny_ok else ""),
     }
     needed = ["user", "mount"]
     if needs.pid:

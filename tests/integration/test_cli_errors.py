@@ -44,7 +44,10 @@ TABLE = [
     (["--allow-io-uring"], 2, "conflicting_options", "allow_io_uring", ["--allow-io-uring", "--network", "allow"]),
     (["--pass-fd", "2"], 2, "", "--pass-fd", None),
     (["--timeout", "0"], 2, "", "--timeout", ["--timeout", "60"]),
-    (["--network", "proxy"], 2, "", "--network", ["--network", "allow"]),
+    (["--network", "proxy", "--allow-host", "bad host"], 2, "", "--allow-host",
+     ["--network", "proxy", "--allow-host", "pypi.org"]),
+    (["--allow-host", "pypi.org"], 2, "conflicting_options", "--allow-host", ["--network", "proxy", "--allow-host",
+                                                                             "pypi.org"]),
     (["--profile", "no-such-profile"], 2, "invalid_value", "--profile no-such-profile", ["--profile", "inspect"]),
 ]
 

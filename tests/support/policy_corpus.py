@@ -95,6 +95,7 @@ _CASES = [
     ("default", lambda w: _default(w)),
     ("default-api", lambda w: Policy.default(workdir=w.path("src"))),
     ("network-allow", lambda w: _default(w, network=Network("allow"))),
+    ("network-proxy", lambda w: _default(w, network=Network("proxy", ("pypi.org", "*.npmjs.org:443")))),
     ("bind-rw-dir", lambda w: _with(w, Bind(w.path("src"), "/tmp/rw"), chdir="/tmp/rw")),
     ("bind-ro-dir", lambda w: _with(w, Bind(w.path("src"), "/tmp/ro", readonly=True))),
     ("bind-file-rw-and-ro", lambda w: _with(w, Bind(w.path("fileC"), "/tmp/c"),

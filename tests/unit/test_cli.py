@@ -12,7 +12,7 @@ from pysandbox.backends.base import BackendStatus, CapabilityStatus
 from pysandbox.policy import Bind, Env, Hide, Tmpfs
 from pysandbox.status import Status
 
-DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--ro", "--hide", "--tmpfs",
+DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workdir", "--rw", "--ro", "--hide", "--tmpfs",
               "--chdir", "--setenv", "--unsetenv", "--clearenv", "--share-session", "--pass-fd", "--timeout",
               # additions beyond the original command line (the authority switches), documented in README.md
               "--keep-authority-sockets", "--strict-unix",
@@ -25,7 +25,7 @@ DESIGN_RUN = ("--backend", "--network", "--workdir", "--no-workdir", "--rw", "--
               # resource limits (README "Resource limits", pysandbox/cli_limits.py)
               "--limit-memory", "--limit-pids", "--limit-cpu", "--limit-wall", "--limit-file-size",
               "--limit-open-files")
-DESIGN_STATUS = ("--backend", "--network", "--json", "--profile")
+DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile")
 
 
 def parse(*argv):
@@ -33,7 +33,7 @@ def parse(*argv):
 
 
 @pytest.mark.parametrize("argv", [
-    [], ["frobnicate"], ["run", "--network", "proxy", "--", "true"], ["run", "--backend", "x", "--", "true"],
+    [], ["frobnicate"], ["run", "--network", "proxy", "--allow-host", "a b", "--", "true"], ["run", "--backend", "x", "--", "true"],
     ["run", "--workdir", "/tmp", "--no-workdir", "--", "true"], ["run", "--pass-fd", "1", "--", "true"],
     ["run", "--pass-fd", "x", "--", "true"], ["run", "--timeout", "-1", "--", "true"],
     ["run", "--timeout", "nan", "--", "true"], ["run", "--setenv", "ONLYNAME"], ["run", "--bogus", "--", "true"],

@@ -182,7 +182,7 @@ def _recording_popen(command, *, policy=None, backend="auto", **kwargs):
 
 
 VALID = [
-    ["--network", "deny"], ["--network", "allow"], ["--backend", "auto"], ["--backend", "native"],
+    ["--network", "deny"], ["--network", "allow"], ["--network", "proxy"], ["--backend", "auto"], ["--backend", "native"],
     ["--backend", "bwrap"], ["--ro", "/usr"], ["--ro", "/etc"], ["--rw", "/usr/share"],
     ["--hide", "/nonexistent/with space"], ["--hide", "/no\nsuch/ünï"], ["--tmpfs", "/tmp/with space"],
     ["--tmpfs", "/tmp/日本"], ["--chdir", "/usr"], ["--setenv", "NAME", "value with\nnewline"],
@@ -190,7 +190,7 @@ VALID = [
     ["--timeout", "1.5"], ["--no-workdir"], ["--workdir", "/usr"], ["-v"],
 ]
 INVALID = [
-    ["--network", "proxy"], ["--network", ""], ["--backend", "docker"], ["--ro", "relative"],
+    ["--allow-host", "no such host"], ["--network", ""], ["--backend", "docker"], ["--ro", "relative"],
     ["--rw", "/a/../b"], ["--ro", "/nonexistent/source"], ["--hide", LONG_PATH],
     ["--tmpfs", "/" + LONG_COMPONENT], ["--tmpfs", "/nonexistent-mountpoint-under-ro-root"],
     ["--chdir", "rel"], ["--setenv", "A=B", "v"], ["--setenv", "", "v"], ["--unsetenv", "A=B"],

@@ -1,0 +1,141 @@
+"""Network proxy mode, the launcher's side: the proxy's port and environment, and
+:class:`Egress`, which serves one sandbox's egress proxy on the host for as long as
+that sandbox lives.
+
+The sandbox's network namespace is deny mode's (only ``lo``, up). Its setup, inside
+that namespace and before the command exists, listens on ``127.0.0.1:PROXY_PORT`` (and
+``[::1]:PROXY_PORT`` where the namespace has IPv6) and sends the listener(s) over a unix
+socket of the launch (native: the LISTEN op of ``native/psb_util.c``; bwrap: our init's
+``-p`` option). :meth:`Egress.start` receives them once the backend reports the command
+executed and runs the engine (:mod:`pysandbox.proxy`) on them, on the host, in this
+process: nothing inside the sandbox relays, and a client that connects at once finds
+the listener there (the kernel queues its connection until the engine accepts it).
+:meth:`Egress.close` ends it when the sandbox is reaped (``SandboxProcess``), a launch
+fails, or the caller gives up. docs/ARCHITECTURE.md ("Network proxy mode") says why.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from .errors import PolicyError, Reason, SetupError
+from .policy import PROXY_ENV_NAMES, PROXY_PORT
+
+def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
+    """The variables a proxy-mode command gets (both spellings; NO_PROXY is unset, never
+    ``localhost``: inside, localhost is the sandbox's own loopback, which reaches nothing)."""
+    http = f"http://127.0.0.1:{port}"
+    socks = f"socks5h://127.0.0.1:{port}"
+    env = {}
+    for name, value in (("HTTP_PROXY", http), ("HTTPS_PROXY", http), ("ALL_PROXY", socks)):
+        env[name] = env[name.lower()] = value
+    return env
+
+
+def apply_proxy_env(env: dict[str, str], port: int = PROXY_PORT) -> None:
+    """Set the proxy variables in ``env`` over whatever it inherited (the caller's own
+    HTTP_PROXY, a NO_PROXY list) and drop NO_PROXY/no_proxy."""
+    for name in PROXY_ENV_NAMES:
+        env.pop(name, None)
+    env.update(proxy_env(port))
+
+
+def quiet_events() -> None:
+    """Keep the engine's event records (refusals are warnings) off stderr when nothing
+    configured logging: ``pysandbox run`` without ``--verbose``."""
+    import logging
+    logging.getLogger("pysandbox.proxy").addHandler(logging.NullHandler())
+
+
+def check_callback(on_event) -> None:
+    if on_event is not None and not callable(on_event):
+        raise PolicyError("on_proxy_event must be callable", Reason.INVALID_VALUE, on_event)
+
+
+class Egress:
+    """The host side of one sandbox's egress proxy.
+
+    ``their_fd`` goes to the launch (``Launch.proxy_socket``); after the backend's spawn
+    returned, :meth:`start` takes the listener(s) the setup sent and starts one engine
+    per listener; :meth:`close` stops them (idempotent). ``counts`` (``{"allowed": n,
+    "refused": m}``) and ``events`` (:class:`pysandbox.proxy.events.ProxyEvent`, in time
+    order) stay readable after close. The engine logs each event on the ``pysandbox``
+    logger (``pysandbox.proxy.events``: refusals as warnings) and calls ``on_event`` on the
+    proxy's thread (an exception it raises is logged, never reaches the proxy).
+
+    Raises:
+        PolicyError: an allow-list entry is invalid (``invalid_value``).
+    """
+
+    def __init__(self, hosts, *, on_event=None, resolver=None, port: int = PROXY_PORT):
+        from .proxy.rules import AllowList
+        check_callback(on_event)
+        self.port = port
+        self.allow = AllowList.from_strings(tuple(hosts))
+        self._on_event = on_event
+        self._resolver = resolver
+        self._engines: list = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    @property
+    def their_fd(self) -> int:
+        return self._theirs.fileno()
+
+    def start(self) -> None:
+        """Serve the listener(s) the sandbox's setup sent (it did, before the command was
+        executed, or the launch failed). Call once the spawn returned.
+
+        Raises:
+            SetupError: no listener came (``setup_failed``, stage ``proxy listener``); the
+                caller ends the sandbox.
+        """
+        from .proxy.server import EgressProxy
+        self._theirs.close()   # ours only now: the setup closed its copy
+        try:
+            _, fds, _, _ = socket.recv_fds(self._ours, 1, 2, socket.MSG_DONTWAIT)
+        except (BlockingIOError, OSError):
+            fds = []
+        finally:
+            self._ours.close()
+        listeners = [socket.socket(fileno=fd) for fd in fds]
+        if not listeners:
+            raise SetupError("network proxy mode: the sandbox's setup sent no listener", Reason.SETUP_FAILED,
+                             stage="proxy listener")
+        with self._lock:
+            if self._closed:
+                for sock in listeners:
+                    sock.close()
+                return
+            for sock in listeners:
+                engine = EgressProxy(sock, self.allow, resolver=self._resolver, on_event=self._on_event)
+                self._engines.append(engine)
+                engine.start()
+
+    def close(self) -> None:
+        """Stop serving: every engine closed (its listener, connections and thread).
+        Idempotent; safe from any thread but the proxy's own."""
+        with self._lock:
+            self._closed = True
+            engines = list(self._engines)
+        for sock in (self._ours, self._theirs):
+            sock.close()
+        for engine in engines:
+            engine.close()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        total = {"allowed": 0, "refused": 0}
+        for engine in list(self._engines):
+            for key, value in engine.counts.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+    @property
+    def events(self) -> list:
+        return sorted((ev for engine in list(self._engines) for ev in engine.events), key=lambda ev: ev.time)
+
+    def __repr__(self):
+        return f"<Egress 127.0.0.1:{self.port} {self.counts}>"
