@@ -415,7 +415,7 @@ static void psb_child_main(struct psb_child *c, int start)
             break;
         }
         case PSB_OP_LANDLOCK:
-            r = psb_op_landlock();
+            r = psb_op_landlock(op->n);
             break;
         case PSB_OP_CHECK_PATH: {
             int fd = psb_open_in(c, P(c, op->a), O_PATH, 0, 1);
