@@ -419,6 +419,11 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long r = sys6(NR_PIPE2, (long)epipe, O_CLOEXEC, 0, 0, 0, 0);
     if (r < 0)
         fail(F_FORK, -r);
+    /* Dumpable before the command's process exists, so its owner never finds us not yet
+     * dumpable once the command runs; until the command's exec, after its Landlock
+     * domain, only our code runs in the sandbox: from then on nothing of it can reach us. */
+    if (landlock)
+        sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     long cmd = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (cmd < 0)
         fail(F_FORK, -cmd);
@@ -456,10 +461,6 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
     if (pty_sock >= 0)
         sys6(NR_CLOSE, pty_sock, 0, 0, 0, 0, 0);   /* the init never sends on it */
-    /* The command's process runs only our code until its exec, after its Landlock
-     * domain: from then on nothing of the sandbox can reach us. */
-    if (landlock)
-        sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     unsigned int err = 0;
     long got = 0;
     while ((r = sys6(NR_READ, epipe[0], (long)&err, sizeof err, 0, 0, 0)) == -4 /* EINTR */)
