@@ -180,8 +180,8 @@ class NativeBackend:
     def _prepare(self, plan) -> _Ready:
         fallback = os.environ.get(NO_MOUNT_SETATTR_ENV) == "1"
         exec_init = init_fd()
-        key = (plan, fallback, exec_init, os.environ.get(NO_EXEC_INIT_ENV) == "1",
-               landlock.abi())
+        landlock_abi = landlock.abi()
+        key = (plan, fallback, exec_init, os.environ.get(NO_EXEC_INIT_ENV) == "1", landlock_abi)
         with self._lock:
             ready = self._ready.get(key)
         if ready is not None:
@@ -189,7 +189,7 @@ class NativeBackend:
         ffi, lib = _load()
         if not fallback and not has_mount_setattr():
             fallback = True
-        ops = translate(plan, read_host(fallback, key[-1]))
+        ops = translate(plan, read_host(fallback, landlock_abi))
         ready = _Ready(ffi, pack(plan, ops, fallback=fallback), exec_init)
         with self._lock:
             if len(self._ready) > 256:
