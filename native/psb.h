@@ -59,7 +59,8 @@ enum psb_op_kind {
                                  pid namespace (the error channel is then a socket pair) */
     PSB_OP_CHECK_PATH,        /* a=host path under /oldroot: it must resolve without any symlink
                                  (an overlay layer, checked before the kernel resolves it) */
-    PSB_OP_LANDLOCK,          /* the command's process only (after INIT): enter a Landlock
+    PSB_OP_LANDLOCK,          /* n=kind (PSB_LANDLOCK_FS/SIGNAL, native/psb_landlock.h); the
+                                 command's process only (after INIT): enter a Landlock
                                  domain of its own (see psb_op_landlock); the exec'd init is
                                  then made dumpable, since nothing in the domain can reach it */
     PSB_OP_RLIMIT,            /* the command's process only (after INIT): n=resource m=soft

@@ -15,11 +15,12 @@
  *   -s FD         install the classic BPF program read from FD (in the command only)
  *   -c MASK       the capabilities the command keeps (hex); all others are dropped
  *                 from every set and the bounding set (needs CAP_SETPCAP)
- *   -L            put the command in a Landlock domain of its own before its exec
- *                 (native/psb_landlock.h says why) and make this init dumpable, so
- *                 its owner can read /proc/PID/environ and open /proc/PID/ns/ (what
- *                 flatpak enter does with bwrap's child-pid) while nothing in the
- *                 sandbox can reach it, whatever capabilities the command keeps
+ *   -L KIND       put the command in a Landlock domain of its own before its exec
+ *                 (native/psb_landlock.h says why; KIND 1: filesystem, 2: signal
+ *                 scope) and make this init dumpable, so its owner can read
+ *                 /proc/PID/environ and open /proc/PID/ns/ (what flatpak enter does
+ *                 with bwrap's child-pid) while nothing in the sandbox can reach it,
+ *                 whatever capabilities the command keeps
  *   -t FD MASK WS the sandbox's terminal (pysandbox/terminal.py): in the command's
  *                 process, before its seccomp filters, open a pty in the sandbox's
  *                 devpts (/dev/pts/ptmx), send the master over unix socket FD
@@ -367,7 +368,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long i = 3;
     int nfilters = 0;
     long capmask = -1;
-    int exec_mode = 0, landlock = 0;
+    int exec_mode = 0;
+    long landlock = 0;
     long pty_sock = -1, pty_mask = 0, pty_ws = 0;
     for (; i < argc && !streq(argv[i], "--"); i++) {
         const char *o = argv[i];
@@ -448,8 +450,10 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             i += 2;
         } else if (streq(o, "-x")) {
             exec_mode = 1;
-        } else if (streq(o, "-L")) {
-            landlock = 1;
+        } else if (streq(o, "-L") && i + 1 < argc) {
+            landlock = parse(argv[++i]);
+            if (landlock != PSB_LANDLOCK_FS && landlock != PSB_LANDLOCK_SIGNAL)
+                fail(F_USAGE, i);
         } else if (streq(o, "-c") && i + 1 < argc) {
             capmask = parse_hex(argv[++i]);
             if (capmask < 0)
@@ -522,6 +526,11 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long r = sys6(NR_PIPE2, (long)epipe, O_CLOEXEC, 0, 0, 0, 0);
     if (r < 0)
         fail(F_FORK, -r);
+    /* Dumpable before the command's process exists, so its owner never finds us not yet
+     * dumpable once the command runs; until the command's exec, after its Landlock
+     * domain, only our code runs in the sandbox: from then on nothing of it can reach us. */
+    if (landlock)
+        sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     long cmd = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (cmd < 0)
         fail(F_FORK, -cmd);
@@ -537,7 +546,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 err = (F_PTY << 16) | (-e & 0xffff);
         }
         if (landlock && err == 0) {
-            long e = psb_landlock_self();
+            long e = psb_landlock_self(landlock);
             if (e < 0)
                 err = (F_LANDLOCK << 16) | (-e & 0xffff);
         }
@@ -564,10 +573,6 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
     if (pty_sock >= 0)
         sys6(NR_CLOSE, pty_sock, 0, 0, 0, 0, 0);   /* the init never sends on it */
-    /* The command's process runs only our code until its exec, after its Landlock
-     * domain: from then on nothing of the sandbox can reach us. */
-    if (landlock)
-        sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     unsigned int err = 0;
     long got = 0;
     while ((r = sys6(NR_READ, epipe[0], (long)&err, sizeof err, 0, 0, 0)) == -4 /* EINTR */)

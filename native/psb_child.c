@@ -182,13 +182,16 @@ static void psb_exec_init(struct psb_child *c, int i)
      * after ours): then nothing it starts can reach us (native/psb_landlock.h), and our
      * owner can read /proc/PID/environ (the command's environment, passed here for
      * that) and /proc/PID/ns/ as with bwrap's pid 1. Until that exec the command's
-     * process runs only our code: no window. */
+     * process runs only our code: no window. The go pipe's write end goes through our
+     * exec (not close-on-exec): the init closes it only after its PR_SET_DUMPABLE, so
+     * the command starts once the init is as its owner will see it (else a command
+     * quick to say "ready" could send its owner to an init not yet dumpable). */
     int dumpable = 0;
     for (int k = i + 1; k < c->plan->nops; k++) {
         if (c->plan->ops[k].kind == PSB_OP_LANDLOCK)
             dumpable = 1;
     }
-    if (c->status_fd < 0 || fcntl(c->status_fd, F_SETFD, 0) == 0) {
+    if ((c->status_fd < 0 || fcntl(c->status_fd, F_SETFD, 0) == 0) && fcntl(go[1], F_SETFD, 0) == 0) {
         char pidbuf[16], fdbuf[16], sigbuf[24];
         char *argv[] = { "psb-init", pidbuf, fdbuf, sigbuf, dumpable ? "1" : "0", NULL };
         char *none[] = { NULL };
@@ -407,7 +410,7 @@ static void psb_child_main(struct psb_child *c, int start)
             break;
         }
         case PSB_OP_LANDLOCK:
-            r = psb_op_landlock();
+            r = psb_op_landlock(op->n);
             break;
         case PSB_OP_RLIMIT:
             if (c->nrlimits >= PSB_MAX_RLIMITS) {

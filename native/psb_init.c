@@ -8,7 +8,9 @@
  * <forwarded signal mask>, <dumpable>} (bit N-1: signal N; the set is chosen in
  * Python; dumpable "1" only when the command is in a Landlock domain that cannot
  * reach us, native/psb_landlock.h: then our owner may read /proc/PID/environ and
- * open /proc/PID/ns/, as with bwrap's pid 1).
+ * open /proc/PID/ns/, as with bwrap's pid 1). Every descriptor but the status fd is
+ * closed after that prctl: one is the write end of the command's go pipe
+ * (native/psb_child.c), so the command starts only once we are dumpable or not.
 psb_pid1_loop (native/psb_pid1.h) reaps, forwards the signals of the mask to the
  * command, writes its raw wait status to the status fd and exits with its code
  * (128+N for a signal). argv[1] == "probe": exit 0 at once. */

@@ -5,7 +5,7 @@
  * a sealed, execute-only memfd (exec of an unreadable file: undumpable from the first
  * instruction) and launches it through /proc/self/fd/N.
  *
- * argv: psb-session CHANNEL_FD SELF_FD. CHANNEL_FD is the server's end of a unix stream
+ * argv: psb-session CHANNEL_FD SELF_FD [-L KIND]. CHANNEL_FD is the server's end of a unix stream
  * socketpair with the launcher, the only descriptor it keeps (close-on-exec; SELF_FD,
  * the memfd, is closed). The protocol (pysandbox/session_proto.py is the other side):
  *
@@ -120,9 +120,11 @@ static struct pollfd pfds[MAX_CMDS + 2];
 static char payload[MAX_PAYLOAD + 1];
 static char *strs[MAX_STRINGS + 3];
 static long chan = -1, sigfd = -1;
-/* argv[3] "-M": the policy lets commands mount (nested user namespaces or CAP_SYS_ADMIN;
- * pysandbox/plan.py Plan.command_may_mount), which a Landlock domain forbids: no domain. */
-static int may_mount;
+/* "-L KIND": each command's Landlock domain (native/psb_landlock.h; 1 filesystem, for a
+ * command that cannot mount, 2 signal scope, for one that may). Without it, none
+ * (pysandbox/backends/landlock.py decides: a command that may mount, on a kernel
+ * without Landlock's signal scope; or no Landlock at all). */
+static long landlock_kind;
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
 {
@@ -255,9 +257,9 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
     sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&none, 0, 8, 0, 0);
     unsigned int rec[2];
     /* A Landlock domain of its own (native/psb_landlock.h): nothing it starts can reach
-     * us, the keepers or the server, whatever capabilities the policy leaves it. A
-     * kernel without Landlock: as before (the server and keepers are undumpable). */
-    long r = may_mount ? 0 : psb_landlock_self();
+     * us, the keepers or the server, whatever capabilities the policy leaves it. No
+     * domain: as before (the server and keepers are undumpable). */
+    long r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
     if (r < 0 && r != -38 /* ENOSYS */ && r != -95 /* EOPNOTSUPP */) {
         rec[0] = (unsigned int)-r, rec[1] = 5;
         sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
@@ -525,7 +527,13 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         quit(127);
     chan = parse(argv[1]);
     long self_fd = parse(argv[2]);
-    may_mount = argc > 3 && argv[3][0] == '-' && argv[3][1] == 'M' && argv[3][2] == 0;
+    if (argc > 3) {
+        if (argc != 5 || argv[3][0] != '-' || argv[3][1] != 'L' || argv[3][2] != 0)
+            quit(127);
+        landlock_kind = parse(argv[4]);
+        if (landlock_kind != PSB_LANDLOCK_FS && landlock_kind != PSB_LANDLOCK_SIGNAL)
+            quit(127);
+    }
     if (chan < 3)
         quit(127);
     sys6(NR_FCNTL, chan, F_SETFD, FD_CLOEXEC, 0, 0, 0);

@@ -51,14 +51,9 @@ class Plan:
 
     @property
     def command_may_mount(self) -> bool:
-        """The command can mount: it may make user namespaces of its own (nested
-        sandboxes: no DisableUserns op) or keeps CAP_SYS_ADMIN. A Landlock domain forbids
-        mount and pivot_root to every process in it (the kernel's Landlock documentation,
-        "Filesystem topology modification"), so such a command gets none, and its init
-        stays undumpable (docs/ARCHITECTURE.md, "The reported pid")."""
-        if not any(isinstance(op, DisableUserns) for op in self.ops):
-            return True
-        return any(isinstance(op, DropCapabilities) and "sys_admin" in op.keep for op in self.ops)
+        """:func:`command_may_mount` read off the plan's ops."""
+        keep = next((op.keep for op in self.ops if isinstance(op, DropCapabilities)), ())
+        return command_may_mount(not any(isinstance(op, DisableUserns) for op in self.ops), keep)
 
     @property
     def mount_ops(self) -> tuple:
@@ -78,6 +73,16 @@ class Plan:
 
 
 # ---------------------------------------------------------------- compile
+
+def command_may_mount(nested_userns: bool, caps_keep) -> bool:
+    """The command can mount: it may make user namespaces of its own (nested sandboxes)
+    or keeps CAP_SYS_ADMIN. A Landlock domain that handles a filesystem right forbids
+    mount and pivot_root to every process in it (the kernel's Landlock documentation,
+    "Filesystem topology modification"), so such a command gets a signal-scoped one
+    instead, or none (backends/landlock.py; docs/ARCHITECTURE.md, "The reported pid").
+    The one rule for both backends and sessions."""
+    return nested_userns or "sys_admin" in caps_keep
+
 
 def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Plan:
     """Compile ``policy`` into a :class:`Plan`.

@@ -34,6 +34,7 @@ import uuid
 from . import plan as P
 from . import session_proto as W
 from ._popen import RemotePopen
+from .backends import landlock
 from .errors import NetworkModeUnsupported, PolicyError, Reason, SessionError
 from .execpath import exec_candidates
 from .lifecycle import KILL_GRACE
@@ -296,10 +297,10 @@ class Sandbox:
         self._server = None
         launch = self.policy.replace(as_pid_1=True, pass_fds=())
         try:
-            # -M: commands may mount (the server then gives them no Landlock domain, which
-            # forbids mount); the same rule as Plan.command_may_mount, read off the policy.
-            may_mount = launch.allow_nested_userns or "sys_admin" in launch.caps_keep
-            server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-M"] if may_mount else [])
+            # -L KIND: each command's Landlock domain (backends/landlock.py), by the rule
+            # of Plan.command_may_mount read off the policy; none: no -L.
+            ll = landlock.kind(P.command_may_mount(launch.allow_nested_userns, launch.caps_keep))
+            server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-L", str(ll)] if ll else [])
             self._server = SandboxProcess(server,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

@@ -31,7 +31,7 @@ SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIG
         signal.SIGCHLD}
 old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-i, filters, caps, exec_mode, pty, rlimits = 2, [], None, False, None, []
+i, filters, caps, exec_mode, pty, rlimits, ll = 2, [], None, False, None, [], 0
 while i < len(a) and a[i] != "--":
     o = a[i]
     if o == "-N":
@@ -110,6 +110,11 @@ while i < len(a) and a[i] != "--":
     elif o == "-R":
         rlimits.append(tuple(int(x) for x in a[i + 1:i + 4]))
         i += 3
+    elif o == "-L":
+        i += 1
+        ll = int(a[i])
+        if ll not in (1, 2):
+            fail(1, i)
     else:
         fail(1, i)
     i += 1
@@ -153,21 +158,27 @@ def apply_filters():
             return err()
     return 0
 def landlock():
-    # the command's own Landlock domain (native/psb_landlock.h): no ptrace-class access
-    # to this init, whatever capabilities it keeps; without Landlock, as before
+    # the command's own Landlock domain (native/psb_landlock.h, the same two kinds: 1
+    # filesystem, 2 signal scope): no ptrace-class access to this init, whatever
+    # capabilities it keeps; without -L, or without Landlock, as before (undumpable)
+    if not ll:
+        return 0
     libc.syscall.restype = ctypes.c_long
-    handled = ctypes.c_uint64(1 << 11)
-    rs = libc.syscall(ctypes.c_long(444), ctypes.byref(handled), ctypes.c_long(8), ctypes.c_long(0))
+    attr = struct.pack("=QQQ", 1 << 11 if ll == 1 else 0, 0, 0 if ll == 1 else 1 << 1)
+    size = 8 if ll == 1 else 24
+    rs = libc.syscall(ctypes.c_long(444), ctypes.create_string_buffer(attr, 24), ctypes.c_long(size), ctypes.c_long(0))
     if rs < 0:
         e = ctypes.get_errno()
         return 0 if e in (38, 95) else e
-    root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    rule = ctypes.create_string_buffer(struct.pack("=Qi", 1 << 11, root), 12)
-    r = libc.syscall(ctypes.c_long(445), ctypes.c_long(rs), ctypes.c_long(1), rule, ctypes.c_long(0))
+    r = 0
+    if ll == 1:
+        root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        rule = ctypes.create_string_buffer(struct.pack("=Qi", 1 << 11, root), 12)
+        r = libc.syscall(ctypes.c_long(445), ctypes.c_long(rs), ctypes.c_long(1), rule, ctypes.c_long(0))
+        os.close(root)
     if r == 0:
         r = libc.syscall(ctypes.c_long(446), ctypes.c_long(rs), ctypes.c_long(0))
     e = ctypes.get_errno() if r != 0 else 0
-    os.close(root)
     os.close(rs)
     return e
 def open_pty():

@@ -113,23 +113,6 @@ def init_fd() -> int:
     return _init_fd
 
 
-NO_LANDLOCK_ENV = "PYSANDBOX_NO_LANDLOCK"
-_landlock_abi: int | None = None
-
-
-def has_landlock() -> bool:
-    """Whether the command can be put in a Landlock domain here (kernel >= 5.13 with
-    Landlock enabled). ``PYSANDBOX_NO_LANDLOCK=1`` says no: the init then stays
-    undumpable (unreadable to its owner too)."""
-    global _landlock_abi
-    if os.environ.get(NO_LANDLOCK_ENV) == "1":
-        return False
-    if _landlock_abi is None:
-        ffi, lib = _load()
-        _landlock_abi = lib.psb_landlock_abi()
-    return _landlock_abi >= 1
-
-
 def has_mount_setattr() -> bool:
     ffi, lib = _load()
     return bool(lib.PSB_HAS_MOUNT_SETATTR) and bool(lib.psb_mount_setattr_works())

@@ -25,6 +25,7 @@ from .. import plan as P
 from ..errors import BackendUnavailable, Reason, SetupError
 from ..memfd import ProgramUnavailable, program_fd
 from ..policy import CAPABILITIES
+from . import landlock
 from ._bwrap_pyinit import SOURCE
 from .bwrap_render import init_mode, join_path, proc_in_sandbox
 
@@ -109,8 +110,9 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
                              stage="proxy listener")
         opts += ["-p", str(proxy_socket), str(listener.port)]
     opts += ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
-    if init_fd is not None and init_mode(plan) != "exec" and not plan.command_may_mount and _landlock():
-        opts.append("-L")   # the command in a Landlock domain, the init dumpable (its owner reads it)
+    ll = landlock.kind(plan.command_may_mount)
+    if init_mode(plan) != "exec" and ll != landlock.NONE:
+        opts += ["-L", str(ll)]   # the command in a Landlock domain, the C init dumpable (its owner reads it)
     for path in proc_readonly_paths(plan):
         opts += ["-r", path]
     for dest, dev, ino in binds:
@@ -132,14 +134,6 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
     if init_fd is None:
         return [sys.executable, "-I", "-S", "-c", SOURCE, str(status_w), "-1", *tail]
     return [f"{join_path(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *tail]
-
-
-def _landlock() -> bool:
-    from ._native_lib import has_landlock   # the C init comes with the native module
-    try:
-        return has_landlock()
-    except BackendUnavailable:
-        return False
 
 
 def searchable_parents(dest: str, ops) -> bool:

@@ -30,8 +30,9 @@ from ..errors import NativeModuleMissing, Reason
 from ..execpath import exec_candidates
 from .base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.
-from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, NO_LANDLOCK_ENV, _load,  # noqa: F401
-                          has_landlock, has_mount_setattr, init_fd)
+from . import landlock
+from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, _load,  # noqa: F401
+                          has_mount_setattr, init_fd)
 from .native_errors import namespace_error, setup_error
 from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
 # The op array's names, re-exported: the tests and the module loader read them here.
@@ -193,8 +194,8 @@ class NativeBackend:
     def _prepare(self, plan) -> _Ready:
         fallback = os.environ.get(NO_MOUNT_SETATTR_ENV) == "1"
         exec_init = init_fd()
-        key = (plan, fallback, exec_init, os.environ.get(NO_EXEC_INIT_ENV) == "1",
-               os.environ.get(NO_LANDLOCK_ENV) == "1")
+        landlock_abi = landlock.abi()
+        key = (plan, fallback, exec_init, os.environ.get(NO_EXEC_INIT_ENV) == "1", landlock_abi)
         with self._lock:
             ready = self._ready.get(key)
         if ready is not None:
@@ -202,7 +203,7 @@ class NativeBackend:
         ffi, lib = _load()
         if not fallback and not has_mount_setattr():
             fallback = True
-        ops = translate(plan, read_host(fallback, has_landlock()))
+        ops = translate(plan, read_host(fallback, landlock_abi))
         ready = _Ready(ffi, pack(plan, ops, fallback=fallback), exec_init)
         with self._lock:
             if len(self._ready) > 256:

@@ -41,7 +41,7 @@ class HostView:
     mountpoints: tuple = ()            # the caller's mount points (only used with fallback)
     dev_nodes: tuple = DEV_NODES       # the /dev nodes that exist on the host
     is_dir: Callable = source_is_dir   # BindMount -> whether its source is a directory
-    landlock: bool = False             # the command can enter a Landlock domain (see translate)
+    landlock_abi: int = 0              # the Landlock ABI the command's domain may use (landlock.py)
 
 
 def read_mountpoints(path: str = "/proc/self/mountinfo") -> list[str]:
@@ -72,11 +72,11 @@ def setup_base() -> str:
     return "/tmp"
 
 
-def read_host(fallback: bool, landlock: bool = False) -> HostView:
+def read_host(fallback: bool, landlock_abi: int = 0) -> HostView:
     """The real host. ``fallback``: mount_setattr is unusable (or disabled), so the
-    mount points are read too. ``landlock``: the kernel has Landlock (probed by the
-    caller, which holds the native module)."""
+    mount points are read too. ``landlock_abi``: backends/landlock.py abi() (probed by
+    the caller)."""
     return HostView(base=setup_base(), last_cap=cap_last_cap(), fallback=fallback,
                     mountpoints=tuple(read_mountpoints()) if fallback else (),
                     dev_nodes=tuple(n for n in DEV_NODES if os.path.exists(f"/dev/{n}")),
-                    landlock=landlock)
+                    landlock_abi=landlock_abi)

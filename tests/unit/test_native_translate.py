@@ -13,6 +13,7 @@ from tests.support import need
 
 from pysandbox import plan as P
 from pysandbox import policy as PP
+from pysandbox.backends import landlock
 from pysandbox.backends import native as N
 from pysandbox.errors import CapabilityUnavailable, Reason, SetupError, UserNamespaceUnavailable
 
@@ -217,13 +218,27 @@ def test_landlock_right_after_the_init_only_with_landlock_and_an_init():
     the command's process, after NNP (the kernel's condition); the C side makes the
     init dumpable only when it sees it. No Landlock on the host, or no init of ours
     (as_pid_1, no pid namespace): no LANDLOCK op, the init as before."""
-    k = kinds(N.translate(_plan(), landlock=True))
+    ops = N.translate(_plan(), landlock_abi=1)
+    k = kinds(ops)
     assert k.index("NNP") < k.index("INIT") and k.index("LANDLOCK") == k.index("INIT") + 1
     assert k.index("LANDLOCK") < k.index("SECCOMP")
+    assert ops[k.index("LANDLOCK")].n == landlock.FS
     assert "LANDLOCK" not in kinds(N.translate(_plan()))          # the host lacks it
-    assert "LANDLOCK" not in kinds(N.translate(_plan(as_pid_1=True), landlock=True))
+    assert "LANDLOCK" not in kinds(N.translate(_plan(as_pid_1=True), landlock_abi=7))
     no_pid = PP.Policy.default().replace(namespaces=frozenset({"user", "ipc", "uts"}))
-    assert "LANDLOCK" not in kinds(N.translate(P.compile(no_pid, outer_ids=(1000, 1000)), landlock=True))
+    assert "LANDLOCK" not in kinds(N.translate(P.compile(no_pid, outer_ids=(1000, 1000)), landlock_abi=7))
+
+
+@pytest.mark.parametrize("kw", [{"allow_nested_userns": True}, {"caps_keep": ("sys_admin",)}])
+def test_a_command_that_may_mount_gets_the_signal_scope_or_no_domain(kw):
+    """A filesystem domain forbids mount: a command that may mount gets the signal-scoped
+    one (ABI 6), and on an older Landlock none (its init stays undumpable)."""
+    plan = _plan(**kw)
+    assert plan.command_may_mount
+    ops = N.translate(plan, landlock_abi=6)
+    assert [op.n for op in ops if op.kind == "LANDLOCK"] == [landlock.SIGNAL]
+    assert "LANDLOCK" not in kinds(N.translate(plan, landlock_abi=5))
+    assert [op.n for op in N.translate(_plan(), landlock_abi=6) if op.kind == "LANDLOCK"] == [landlock.FS]
 
 
 def test_userns_block_fd_waits_instead_of_writing_maps():

@@ -1,0 +1,58 @@
+"""Which Landlock domain the command enters, decided here once for both backends and
+sessions (native/psb_landlock.h implements it; _bwrap_pyinit.py is the Python twin).
+
+The domain keeps everything the command starts away from the sandbox's init (no ptrace,
+no /proc/PID/{mem,environ,fd,ns}, no pidfd_getfd), so the init can be dumpable: its
+owner reads it as with bwrap's pid 1 (docs/ARCHITECTURE.md, "The reported pid"):
+
+* ``FS``: handles making a block device only (Landlock ABI 1). A domain that handles
+  any filesystem right forbids mount and pivot_root, so only for a command that cannot
+  mount (``Plan.command_may_mount``).
+* ``SIGNAL``: handles no access right, scopes signals (ABI 6): mount, pivot_root and
+  nested sandboxes work; the command cannot signal a process outside its domain (the
+  init, a session's server and keepers). For a command that may mount.
+* ``NONE``: no Landlock, a command that may mount on a kernel before ABI 6, or
+  ``PYSANDBOX_NO_LANDLOCK=1``: the init stays undumpable, as before Landlock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+NONE, FS, SIGNAL = 0, 1, 2        # native/psb_landlock.h PSB_LANDLOCK_FS, PSB_LANDLOCK_SIGNAL
+SIGNAL_ABI = 6                    # struct landlock_ruleset_attr.scoped
+NO_LANDLOCK_ENV = "PYSANDBOX_NO_LANDLOCK"
+_NR_CREATE_RULESET = 444          # the same on every architecture
+_VERSION = 1                      # LANDLOCK_CREATE_RULESET_VERSION
+
+_abi: int | None = None
+
+
+def kernel_abi() -> int:
+    """The kernel's Landlock ABI version (>= 1), or 0 without Landlock (or disabled).
+    Any process, any privilege; probed once."""
+    global _abi
+    if _abi is None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        v = libc.syscall(ctypes.c_long(_NR_CREATE_RULESET), None, ctypes.c_long(0), ctypes.c_long(_VERSION))
+        _abi = int(v) if v > 0 else 0
+    return _abi
+
+
+def abi() -> int:
+    """The ABI the sandbox may use: the kernel's, or 0 with ``PYSANDBOX_NO_LANDLOCK=1``."""
+    return 0 if os.environ.get(NO_LANDLOCK_ENV) == "1" else kernel_abi()
+
+
+def kind(may_mount: bool, abi_version: int | None = None) -> int:
+    """The command's domain (NONE, FS or SIGNAL) for a command that may or may not mount,
+    on a host of Landlock ABI ``abi_version`` (default: this host's, :func:`abi`).
+    Fail closed: no domain means an undumpable init, never an init the command reaches."""
+    v = abi() if abi_version is None else abi_version
+    if v < 1:
+        return NONE
+    if not may_mount:
+        return FS
+    return SIGNAL if v >= SIGNAL_ABI else NONE
