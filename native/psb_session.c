@@ -42,6 +42,7 @@ PSB_START(psb_session_main);
 #define NR_READ 0
 #define NR_WRITE 1
 #define NR_OPEN 2
+#define NR_STAT 4
 #define NR_CLOSE 3
 #define NR_POLL 7
 #define NR_RT_SIGPROCMASK 14
@@ -87,6 +88,12 @@ PSB_START(psb_session_main);
 #define EACCES 13
 #define ENOENT 2
 #define ENOTDIR 20
+#define ENODEV 19
+#define ENAMETOOLONG 36
+#define ETIMEDOUT 110
+#define ESTALE 116
+#define S_IFMT 0170000
+#define S_IFDIR 0040000
 #define ECHILD 10
 #define MSG_CMSG_CLOEXEC 0x40000000
 
@@ -271,15 +278,30 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
         rec[0] = (unsigned int)-r, rec[1] = 1;
     } else {
         char **argv = strs + 1 + ncand, **envp = strs + 1 + ncand + nargv + 1;
-        long err = ENOENT, seen_eacces = 0;
-        for (unsigned int k = 0; k < ncand; k++) {
-            err = -sys6(NR_EXECVE, (long)strs[1 + k], (long)argv, (long)envp, 0, 0, 0);
-            if (err == EACCES)
-                seen_eacces = 1;
-            else if (err != ENOENT && err != ENOTDIR)
-                break;
+        /* execvp's rule as the one-shot executor applies it (native/psb_child.c psb_exec):
+         * the next candidate after a miss; EACCES only for a file that is there (an
+         * unsearchable directory on PATH is a miss, as in a shell); else ENOENT. A name
+         * with a '/' (pysandbox/execpath.py: not searched) reports its own error. */
+        long err = 0, seen_eacces = 0, searched = 1;
+        for (const char *c = argv[0]; *c; c++)
+            if (*c == '/')
+                searched = 0;
+        for (unsigned int k = 0; k < ncand && !err; k++) {
+            long e = -sys6(NR_EXECVE, (long)strs[1 + k], (long)argv, (long)envp, 0, 0, 0);
+            if (!searched) {
+                err = e;
+            } else if (e == EACCES) {
+                unsigned int st[36];   /* struct stat (x86_64: 144 bytes; st_mode at byte 24) */
+                if (sys6(NR_STAT, (long)strs[1 + k], (long)st, 0, 0, 0, 0) == 0 && (st[6] & S_IFMT) != S_IFDIR)
+                    seen_eacces = 1;
+            } else if (e != ENOENT && e != ENOTDIR && e != ESTALE && e != ENODEV && e != ETIMEDOUT &&
+                       e != ENAMETOOLONG) {
+                err = e;
+            }
         }
-        rec[0] = (unsigned int)(seen_eacces && (err == ENOENT || err == ENOTDIR) ? EACCES : err), rec[1] = 2;
+        if (!err)
+            err = seen_eacces ? EACCES : ENOENT;
+        rec[0] = (unsigned int)err, rec[1] = 2;
     }
     sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
     for (;;)

@@ -183,3 +183,28 @@ def test_pool_reports_a_refill_that_cannot_work(tmp_path):
         with pytest.raises(Exception) as info:
             pool.run(["true"])
         assert getattr(info.value, "reason", None) is not None
+
+
+def test_exec_errors_follow_the_one_shot_rule(sb, backend):
+    """A session's exec over PATH gives what a one-shot launch gives (native/psb_child.c):
+    an unsearchable directory on PATH is a miss (FileNotFoundError, as in a shell), a
+    file that is there but not executable is PermissionError, a name with a '/' its own
+    error."""
+    locked, bin_dir = sb.workdir / "locked", sb.workdir / "bin"
+    locked.mkdir(mode=0o000)
+    bin_dir.mkdir()
+    (bin_dir / "plain").write_text("#!/bin/sh\n")
+    (bin_dir / "plain").chmod(0o644)
+    env = {"PATH": f"{locked}:{bin_dir}:/usr/bin:/bin"}
+    policy = pysandbox.Policy.default(workdir=sb.workdir)
+    try:
+        for run in (sb.run, lambda argv, **kw: pysandbox.run(argv, policy=policy, backend=backend, **kw)):
+            assert run(["true"], env=env).returncode == 0                      # control: PATH works
+            with pytest.raises(FileNotFoundError):
+                run([f"no-such-command-{os.getpid()}"], env=env)
+            with pytest.raises(PermissionError):
+                run(["plain"], env=env)                                         # searched, there, not executable
+            with pytest.raises(PermissionError):
+                run([str(bin_dir)], env=env)                                    # a directory named by path
+    finally:
+        locked.chmod(0o755)
