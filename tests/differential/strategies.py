@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from pysandbox.policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Policy, Proc,
                               RemountRo, Symlink, Tmpfs)
 
+from pysandbox.limits import Limits
 from tests.support.policy_corpus import ALLOW_ALL, interpreter_ops, interpreter_rebinds
 from tests.support.world import DATA_FD, DIR_FD, PASS_FD, TREE
 
@@ -49,6 +50,7 @@ ENV_VALUES = ("", "v", "a b", "x=y", "ünï")
 CAPS = (frozenset(), frozenset({"net_bind_service"}), frozenset({"kill", "chown"}),
         frozenset({"sys_admin"}))
 IDS = (None, 0, 1000, 4242)
+LIMITS = (None, None, Limits(file_size="8M", open_files=512), Limits(cpu_time=300))
 
 
 @dataclass
@@ -376,6 +378,9 @@ def policies(draw, world, max_ops: int = 8):
         strict_unix=strict_unix,
         # io_uring only where no socket filter depends on its absence (policy.py)
         allow_io_uring=draw(st.booleans()) if network == "allow" and not strict_unix else False,
+        # rlimits only: a cgroup's limits need a delegated controller, unlike the rest here
+        # (the corpus has both); every generated policy shows a procfs, so bwrap's init runs
+        limits=draw(st.sampled_from(LIMITS)),
     )
 
 

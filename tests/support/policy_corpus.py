@@ -13,6 +13,7 @@ import sys
 
 from pysandbox.policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Overlay, Policy, Proc,
                               RemountRo, Symlink, Tmpfs, fs_dest)
+from pysandbox.limits import Limits
 
 from .world import DATA_FD, DIR_FD, PASS_FD
 
@@ -95,6 +96,10 @@ _CASES = [
     ("default", lambda w: _default(w)),
     ("default-api", lambda w: Policy.default(workdir=w.path("src"))),
     ("network-allow", lambda w: _default(w, network=Network("allow"))),
+    # rlimits (both backends: right before the command's exec); a cgroup's memory and pids
+    # limits: as root the same sandbox, unprivileged both refuse (controller_not_delegated)
+    ("limits-rlimits", lambda w: _default(w, limits=Limits(file_size="8M", open_files=512, cpu_time=300))),
+    ("limits-cgroup", lambda w: _default(w, limits=Limits(memory="256M", pids=512))),
     ("network-proxy", lambda w: _default(w, network=Network("proxy", ("pypi.org", "*.npmjs.org:443")))),
     ("bind-rw-dir", lambda w: _with(w, Bind(w.path("src"), "/tmp/rw"), chdir="/tmp/rw")),
     ("bind-ro-dir", lambda w: _with(w, Bind(w.path("src"), "/tmp/ro", readonly=True))),

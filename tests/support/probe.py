@@ -17,6 +17,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import stat
 import sys
 
@@ -106,6 +107,13 @@ def status_fields(proc):
         if key in keep:
             out[key] = " ".join(value.split())
     return out
+
+
+def rlimits():
+    """Every resource limit as (soft, hard): the same on both backends, and the
+    policy's ``limits`` where it sets them (pysandbox/limits.py)."""
+    return {name: list(resource.getrlimit(getattr(resource, name)))
+            for name in sorted(n for n in dir(resource) if n.startswith("RLIMIT_"))}
 
 
 def namespaces(proc, caller):
@@ -231,6 +239,7 @@ def main():
         "gid_map": read(f"{proc}/self/gid_map"),
         "setgroups": read(f"{proc}/self/setgroups"),
         "status": status_fields(proc),
+        "rlimits": rlimits(),
         "namespaces": namespaces(proc, args.get("caller_ns", {})),
         "max_user_namespaces": read(f"{proc}/sys/user/max_user_namespaces"),
         "nested_userns": nested_userns(),
