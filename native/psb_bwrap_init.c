@@ -15,6 +15,9 @@
  *   -s FD         install the classic BPF program read from FD (in the command only)
  *   -c MASK       the capabilities the command keeps (hex); all others are dropped
  *                 from every set and the bounding set (needs CAP_SETPCAP)
+ *   -n            with -c: the kept capabilities stay permitted and effective only,
+ *                 nothing is raised into the inheritable or ambient sets
+ *                 (Policy.caps_ambient=False, as the native PSB_F_NO_RAISE)
  *   -L KIND       put the command in a Landlock domain of its own before its exec
  *                 (native/psb_landlock.h says why; KIND 1: filesystem, 2: signal
  *                 scope) and make this init dumpable, so its owner can read
@@ -368,6 +371,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long i = 3;
     int nfilters = 0;
     long capmask = -1;
+    int no_raise = 0;
     int exec_mode = 0;
     long landlock = 0;
     long pty_sock = -1, pty_mask = 0, pty_ws = 0;
@@ -450,6 +454,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             i += 2;
         } else if (streq(o, "-x")) {
             exec_mode = 1;
+        } else if (streq(o, "-n")) {
+            no_raise = 1;
         } else if (streq(o, "-L") && i + 1 < argc) {
             landlock = parse(argv[++i]);
             if (landlock != PSB_LANDLOCK_FS && landlock != PSB_LANDLOCK_SIGNAL)
@@ -484,12 +490,13 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         struct cap_data d[2];
         for (int k = 0; k < 2; k++) {
             unsigned int m = (unsigned int)((unsigned long)capmask >> (32 * k));
-            d[k].effective = d[k].permitted = d[k].inheritable = m;
+            d[k].effective = d[k].permitted = m;
+            d[k].inheritable = no_raise ? 0 : m;
         }
         long r = sys6(NR_CAPSET, (long)&h, (long)d, 0, 0, 0, 0);
         if (r < 0)
             fail(F_CAPS, -r);
-        for (long cap = 0; cap < 64; cap++)
+        for (long cap = 0; cap < 64 && !no_raise; cap++)
             if (capmask & (1L << cap))
                 sys6(NR_PRCTL, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0, 0);
         struct cap_data back[2];

@@ -31,7 +31,7 @@ SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIG
         signal.SIGCHLD}
 old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-i, filters, caps, exec_mode, pty, rlimits, ll = 2, [], None, False, None, [], 0
+i, filters, caps, exec_mode, pty, rlimits, ll, no_raise = 2, [], None, False, None, [], 0, False
 while i < len(a) and a[i] != "--":
     o = a[i]
     if o == "-N":
@@ -107,6 +107,8 @@ while i < len(a) and a[i] != "--":
         i += 2
     elif o == "-x":
         exec_mode = True
+    elif o == "-n":                                # as psb_bwrap_init.c: no inheritable/ambient
+        no_raise = True
     elif o == "-R":
         rlimits.append(tuple(int(x) for x in a[i + 1:i + 4]))
         i += 3
@@ -138,11 +140,11 @@ if caps is not None:
     d = (D * 2)()
     for k in range(2):
         m = (caps >> (32 * k)) & 0xffffffff
-        d[k] = D(m, m, m)
+        d[k] = D(m, m, 0 if no_raise else m)
     if libc.capset(ctypes.byref(H(0x20080522, 0)), d) != 0:
         fail(5, err())
     for cap in range(64):
-        if caps >> cap & 1:
+        if caps >> cap & 1 and not no_raise:
             libc.prctl(47, 2, cap, 0, 0)
     back = (D * 2)()
     if libc.capget(ctypes.byref(H(0x20080522, 0)), back) != 0 or \

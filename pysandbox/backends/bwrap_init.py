@@ -124,6 +124,8 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
         elif isinstance(op, P.DropCapabilities):
             for name in op.keep:
                 keep |= 1 << CAPABILITIES.index(name)
+            if not op.ambient:
+                opts.append("-n")   # kept ones permitted and effective only (caps_ambient=False)
     opts += ["-c", format(keep, "x")]
     if pty is not None:
         opts += ["-t", *map(str, pty)]

@@ -282,7 +282,7 @@ def check_expressible(plan: P.Plan, info) -> None:
 
     Raises:
         BwrapOptionUnsupported: block_fd, userns_block_fd or a namespace to join; kept
-            capabilities with ``caps_ambient=False``; a read-only device bind (bwrap has no read-only ``--dev-bind``; ``--remount-ro`` is not
+            capabilities with ``caps_ambient=False`` and no init; a read-only device bind (bwrap has no read-only ``--dev-bind``; ``--remount-ro`` is not
             recursive, submounts stay writable).
         PolicyError: one descriptor feeds two files (bwrap closes it after the first).
     """
@@ -303,12 +303,13 @@ def check_expressible(plan: P.Plan, info) -> None:
                 f"--unshare-user (or from its setuid parent), which this backend always passes; use the "
                 f"native backend", Reason.BWRAP_OPTION_UNSUPPORTED)
     caps = plan.first(P.DropCapabilities)
-    if caps is not None and caps.keep and not caps.ambient:
-        # bwrap's --cap-add always makes the kept ones inheritable and ambient too; only
-        # a root bwrap without any --cap-* keeps them otherwise, its caller's own set.
+    if caps is not None and caps.keep and not caps.ambient and init_mode(plan) is None:
+        # bwrap's --cap-add always makes the kept ones inheritable and ambient too; our
+        # init (-n) clears both before the command's exec, but without it nothing does.
         raise BwrapOptionUnsupported(
-            "the bwrap backend cannot honour caps_ambient=False: bwrap's --cap-add makes the kept "
-            "capabilities inheritable and ambient; use the native backend", Reason.BWRAP_OPTION_UNSUPPORTED)
+            "the bwrap backend cannot honour caps_ambient=False without its init (no procfs at /proc in "
+            "the sandbox): bwrap's --cap-add makes the kept capabilities inheritable and ambient; add "
+            "Proc('/proc') or use the native backend", Reason.BWRAP_OPTION_UNSUPPORTED)
     seen = set()
     for op in plan.mount_ops:
         if isinstance(op, P.BindMount) and op.dev and op.readonly:

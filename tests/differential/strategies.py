@@ -372,6 +372,7 @@ def policies(draw, world, max_ops: int = 8):
         new_session=draw(st.booleans()),
         as_pid_1=draw(st.booleans()) if "pid" in namespaces else False,
         caps_keep=draw(st.sampled_from(CAPS)),
+        caps_ambient=draw(st.booleans()),
         pass_fds=draw(st.sampled_from(((), (PASS_FD,)))),
         allow_nested_userns=draw(st.booleans()),
         seccomp=draw(st.sampled_from(((), (ALLOW_ALL,)))),

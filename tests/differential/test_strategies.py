@@ -32,10 +32,6 @@ def world():
 # native backend and against bwrap's own command line in tests/integration/test_block_fds.py,
 # tests/integration/test_join_ns.py and tests/compat/test_launch.py.
 NATIVE_ONLY = {"block_fd", "userns_block_fd", "userns_fd", "pidns_fd", "userns2_fd"}
-# caps_ambient=False (pybwrap: root with no --cap-*): bwrap's --cap-add always raises the kept
-# set into inheritable and ambient, so the bwrap backend refuses it; tested in
-# tests/unit/test_caps_raised.py and against bwrap itself in tests/compat/test_caps_root.py.
-NATIVE_ONLY |= {"caps_ambient"}
 # pybwrap's own: mount points created on the host inside a writable bind, as bwrap does.
 # A differential case never creates files on the host; tested in tests/unit/test_overlay.py
 # and by pybwrap against bwrap in tests/compat.

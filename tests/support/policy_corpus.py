@@ -161,6 +161,10 @@ _CASES = [
     ("no-session-no-pdeath", lambda w: _default(w, new_session=False, die_with_parent=False)),
     ("caps-keep", lambda w: _default(w, caps_keep=frozenset({"net_bind_service", "kill"}))),
     ("caps-keep-as-root", lambda w: _default(w, uid=0, caps_keep=frozenset({"sys_admin"}))),
+    # kept but not raised (pybwrap as root without --cap-*): permitted and effective only
+    ("caps-keep-unraised-as-root", lambda w: _default(w, uid=0, caps_keep=frozenset({"chown", "kill"}),
+                                                      caps_ambient=False)),
+    ("caps-keep-unraised", lambda w: _default(w, caps_keep=frozenset({"chown"}), caps_ambient=False)),
     ("pass-fds", lambda w: _default(w, pass_fds=(PASS_FD,))),
     ("nested-userns", lambda w: _default(w, allow_nested_userns=True)),
     ("seccomp-user-filter", lambda w: _default(w, seccomp=(ALLOW_ALL,))),

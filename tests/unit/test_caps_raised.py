@@ -57,12 +57,22 @@ def test_policy_flag_is_a_bool():
     assert exc.value.reason == Reason.INVALID_VALUE
 
 
-def test_bwrap_backend_refuses_unraised_kept_caps():
+def test_bwrap_backend_leaves_kept_caps_unraised_through_its_init():
+    """bwrap's --cap-add raises the kept set into inheritable and ambient; our init's -n
+    clears both before the command's exec. Without the init (no procfs) it is refused."""
+    from pysandbox.backends import bwrap_init as I
     info = SimpleNamespace(version="0.8.0")
-    plan = P.compile(PP.Policy.default(caps_keep={"chown"}, caps_ambient=False), outer_ids=(1000, 1000))
+    policy = PP.Policy.default(caps_keep={"chown"}, caps_ambient=False)
+    plan = P.compile(policy, outer_ids=(1000, 1000))
+    check_expressible(plan, info)
+    assert "-n" in I.init_command(plan, 50, 51, lambda data: 100, "/bin/true", ["true"], [])
+    raised = P.compile(PP.Policy.default(caps_keep={"chown"}), outer_ids=(1000, 1000))
+    assert "-n" not in I.init_command(raised, 50, 51, lambda data: 100, "/bin/true", ["true"], [])
+    bare = policy.replace(fs=tuple(op for op in policy.fs if not isinstance(op, PP.Proc)) + (PP.Tmpfs("/proc"),),
+                          namespaces=frozenset({"user"}))   # no procfs, no pid namespace: no init
     with pytest.raises(BwrapOptionUnsupported) as exc:
-        check_expressible(plan, info)
+        check_expressible(P.compile(bare, outer_ids=(1000, 1000)), info)
     assert exc.value.reason == Reason.BWRAP_OPTION_UNSUPPORTED
-    # controls: nothing kept, or kept and raised, render as before
-    for policy in (PP.Policy.default(caps_ambient=False), PP.Policy.default(caps_keep={"chown"})):
-        check_expressible(P.compile(policy, outer_ids=(1000, 1000)), info)
+    # controls: nothing kept, or kept and raised, render as before without an init too
+    for ok in (bare.replace(caps_keep=frozenset()), bare.replace(caps_ambient=True)):
+        check_expressible(P.compile(ok, outer_ids=(1000, 1000)), info)
