@@ -86,3 +86,29 @@ def test_capsh_print_inside_equals_the_hosts_but_no_new_privs(root_tools):
     expected = [line.replace("no-new-privs=0", "no-new-privs=1") for line in host]
     assert _capsh(root_tools["bwrap"]) == expected
     assert _capsh(root_tools["pybwrap"], root_tools["env"]) == expected
+
+
+@pytest.mark.parametrize("python_init", [False, True], ids=["c-init", "python-init"])
+def test_bwrap_backend_leaves_kept_caps_unraised(monkeypatch, python_init):
+    """caps_ambient=False on the bwrap backend, with either of our inits: the sets equal the
+    native backend's (kept set permitted and effective only). The control: caps_ambient=True
+    raises the kept set into inheritable and ambient on both."""
+    if os.geteuid() != 0:
+        not_applicable("root-only: uid 0 keeps its permitted set across the command's exec")
+    import pysandbox
+    from tests.support import force_python_bwrap_init
+    if python_init:
+        force_python_bwrap_init(monkeypatch)
+
+    def caps(policy, backend):
+        out = pysandbox.run(["cat", "/proc/self/status"], policy=policy, backend=backend, capture_output=True,
+                            text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return {k: v.strip() for k, _, v in (line.partition(":") for line in out.stdout.splitlines())
+                if k in CAP_KEYS}
+    kept = pysandbox.Policy.default(uid=0, caps_keep={"chown", "kill"}, caps_ambient=False)
+    ours, native = caps(kept, "bwrap"), caps(kept, "native")
+    assert ours == native
+    assert ours["CapInh"] == ours["CapAmb"] == "0000000000000000" != ours["CapEff"]
+    raised = caps(kept.replace(caps_ambient=True), "bwrap")
+    assert raised["CapInh"] == raised["CapAmb"] == raised["CapEff"] == ours["CapEff"]
