@@ -102,6 +102,7 @@ PSB_START(psb_binit_main);
 #define SIGUSR2 12
 #define SIGTERM 15
 #define SIGCHLD 17
+#define SIGIO 29
 #define PR_SET_PDEATHSIG 1
 #define PR_SET_DUMPABLE 4
 #define PR_SET_SECCOMP 22
@@ -122,6 +123,10 @@ PSB_START(psb_binit_main);
 #define AT_SYMLINK_NOFOLLOW 0x100
 #define AT_FDCWD -100
 #define F_SETFD 2
+#define F_GETFL 3
+#define F_SETFL 4
+#define F_SETOWN 8
+#define O_ASYNC 020000
 #define FD_CLOEXEC 1
 #define O_CLOEXEC 02000000
 #define POLLOUT 4
@@ -357,16 +362,27 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     if (self_fd >= 3)
         sys6(NR_CLOSE, self_fd, 0, 0, 0, 0, 0);
     /* Die with bwrap (set by bwrap's --die-with-parent too; set again, nothing undid it
-     * yet), and check the launcher still exists: the status pipe has a reader. */
+     * yet), and bind our life to the launcher's: the status pipe's reader. bwrap dies
+     * with the launcher's spawning *thread* (PR_SET_PDEATHSIG, pysandbox/backends/
+     * bwrap_launch.py), which can exit before the launcher's other threads close the
+     * pipe: bwrap may die before this prctl while the reader is still open. So the pipe
+     * is O_ASYNC, owned by us: the last reader's close sends us SIGIO (fs/pipe.c,
+     * kill_fasync; blocked, so queued, and forced to a namespace init), and
+     * psb_pid1_loop ends the sandbox on it. Set before the check: a reader that goes
+     * after the check is a pending SIGIO. */
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    unsigned long set = (1UL << (SIGHUP - 1)) | (1UL << (SIGINT - 1)) | (1UL << (SIGQUIT - 1)) |
+                        (1UL << (SIGUSR1 - 1)) | (1UL << (SIGUSR2 - 1)) | (1UL << (SIGTERM - 1)) |
+                        (1UL << (SIGCHLD - 1)) | (1UL << (SIGIO - 1));
+    unsigned long oldset = 0;
+    sys6(NR_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, (long)&set, (long)&oldset, 8, 0, 0);
+    long fl = sys6(NR_FCNTL, status_fd, F_GETFL, 0, 0, 0, 0);
+    if (fl < 0 || sys6(NR_FCNTL, status_fd, F_SETOWN, sys6(NR_GETPID, 0, 0, 0, 0, 0, 0), 0, 0, 0) < 0 ||
+        sys6(NR_FCNTL, status_fd, F_SETFL, fl | O_ASYNC, 0, 0, 0) < 0)
+        quit(125);
     struct pollfd pfd = { (int)status_fd, POLLOUT, 0 };
     if (sys6(NR_POLL, (long)&pfd, 1, 0, 0, 0, 0) < 0 || (pfd.revents & (POLLERR | POLLHUP)))
         quit(125);
-    unsigned long set = (1UL << (SIGHUP - 1)) | (1UL << (SIGINT - 1)) | (1UL << (SIGQUIT - 1)) |
-                        (1UL << (SIGUSR1 - 1)) | (1UL << (SIGUSR2 - 1)) | (1UL << (SIGTERM - 1)) |
-                        (1UL << (SIGCHLD - 1));
-    unsigned long oldset = 0;
-    sys6(NR_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, (long)&set, (long)&oldset, 8, 0, 0);
 
     long i = 3;
     int nfilters = 0;
@@ -524,6 +540,10 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             if (e < 0)
                 fail(F_SECCOMP, -e);
         }
+        /* No SIGIO for the command once it is us (bwrap keeps a copy of the pipe's write
+         * end; the launcher may close its reader first); one already pending is
+         * delivered at the exec's unblock above: the launcher went before the exec. */
+        sys6(NR_FCNTL, status_fd, F_SETFL, fl, 0, 0, 0);
         put(W_STARTED);   /* the status pipe is close-on-exec: the command never holds it */
         long e = sys6(NR_EXECVE, (long)exe, (long)cargv, (long)envp, 0, 0, 0);
         fail(F_EXEC, -e);
@@ -593,5 +613,5 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     }
     put(W_STARTED);
 
-    psb_pid1_loop(cmd, status_fd, set & ~(1UL << (SIGCHLD - 1)));
+    psb_pid1_loop(cmd, status_fd, set & ~((1UL << (SIGCHLD - 1)) | (1UL << (SIGIO - 1))), 1);
 }

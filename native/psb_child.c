@@ -22,7 +22,7 @@ static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
     if (status_fd > 0)
         syscall(SYS_close_range, 0, status_fd - 1, 0);
     syscall(SYS_close_range, status_fd + 1, ~0U, 0);
-    psb_pid1_loop(cmd, status_fd, fwd_signals);
+    psb_pid1_loop(cmd, status_fd, fwd_signals, 0);
 }
 
 /* Runs in the command's process right before psb_exec, after every op (no

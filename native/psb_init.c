@@ -45,5 +45,5 @@ void __attribute__((noreturn, used)) psb_init_main(long *sp)
     if (status_fd > 0)
         sys6(NR_CLOSE_RANGE, 0, status_fd - 1, 0, 0, 0, 0);
     sys6(NR_CLOSE_RANGE, status_fd + 1, ~0U, 0, 0, 0, 0);
-    psb_pid1_loop(cmd, status_fd, (unsigned long)fwd);
+    psb_pid1_loop(cmd, status_fd, (unsigned long)fwd, 0);
 }

@@ -9,7 +9,11 @@
  * N-1: signal N, chosen in Python) is sent on to the command; when the command
  * ends its raw wait status (4 bytes) goes to status_fd (if >= 0) and the init exits
  * with the command's code (128+N for a signal: a pid 1 cannot die of a signal it
- * did not handle, so the parent learns -N from the pipe). Never returns. */
+ * did not handle, so the parent learns -N from the pipe). With ``lifeline`` the
+ * status fd is O_ASYNC and owned by us (native/psb_bwrap_init.c): SIGIO (blocked by
+ * the caller) means its reader may be gone; if poll says so (POLLERR: no reader; a
+ * SIGIO the command sent finds the reader there), every process of the namespace is
+ * killed and we exit, which ends the namespace. Never returns. */
 #ifndef PSB_PID1_H
 #define PSB_PID1_H
 
@@ -23,6 +27,7 @@
 #define PSB_PID1_NR_RT_SIGTIMEDWAIT SYS_rt_sigtimedwait
 #define PSB_PID1_NR_EXIT_GROUP SYS_exit_group
 #define PSB_PID1_NR_PTRACE SYS_ptrace
+#define PSB_PID1_NR_POLL SYS_poll
 #else
 #include "psb_freestanding.h"
 #define PSB_PID1_SYS(n, a, b, c, d) sys6((n), (a), (b), (c), (d), 0, 0)
@@ -32,14 +37,17 @@
 #define PSB_PID1_NR_RT_SIGTIMEDWAIT 128
 #define PSB_PID1_NR_EXIT_GROUP 231
 #define PSB_PID1_NR_PTRACE 101
+#define PSB_PID1_NR_POLL 7
 #endif
 #define PSB_PID1_PTRACE_DETACH 17
 #define PSB_PID1_SIGCHLD 17
 #define PSB_PID1_WNOHANG 1
+#define PSB_PID1_SIGIO 29
 
-static void __attribute__((noreturn)) psb_pid1_loop(long cmd, long status_fd, unsigned long forward)
+static void __attribute__((noreturn)) psb_pid1_loop(long cmd, long status_fd, unsigned long forward, int lifeline)
 {
-    unsigned long set = forward | (1UL << (PSB_PID1_SIGCHLD - 1));
+    unsigned long set = forward | (1UL << (PSB_PID1_SIGCHLD - 1)) |
+                        (lifeline ? 1UL << (PSB_PID1_SIGIO - 1) : 0);
     long info[16];
     for (;;) {
         /* Reap first: the command may have exited before this loop began. */
@@ -64,6 +72,16 @@ static void __attribute__((noreturn)) psb_pid1_loop(long cmd, long status_fd, un
             }
         }
         long sig = PSB_PID1_SYS(PSB_PID1_NR_RT_SIGTIMEDWAIT, (long)&set, (long)info, 0, 8);
+        if (sig == PSB_PID1_SIGIO) {
+            struct { int fd; short events, revents; } pfd = { (int)status_fd, 4 /* POLLOUT */, 0 };
+            if (PSB_PID1_SYS(PSB_PID1_NR_POLL, (long)&pfd, 1, 0, 0) == 1 && (pfd.revents & (8 | 16))) {
+                /* POLLERR | POLLHUP: no reader, the launcher is gone */
+                PSB_PID1_SYS(PSB_PID1_NR_KILL, -1, 9, 0, 0);
+                for (;;)
+                    PSB_PID1_SYS(PSB_PID1_NR_EXIT_GROUP, 125, 0, 0, 0);
+            }
+            continue;
+        }
         if (sig > 0 && sig != PSB_PID1_SIGCHLD)
             PSB_PID1_SYS(PSB_PID1_NR_KILL, cmd, sig, 0, 0);
     }

@@ -23,13 +23,20 @@ def err():
     return ctypes.get_errno()
 os.set_inheritable(sfd, False)
 libc.prctl(1, 9, 0, 0, 0)                          # PR_SET_PDEATHSIG SIGKILL
+SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM,
+        signal.SIGCHLD, signal.SIGIO}
+old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
+# The launcher's life, as the C init: SIGIO when the status pipe's last reader goes
+import fcntl
+sfl = fcntl.fcntl(sfd, fcntl.F_GETFL)
+fcntl.fcntl(sfd, fcntl.F_SETOWN, os.getpid())
+fcntl.fcntl(sfd, fcntl.F_SETFL, sfl | os.O_ASYNC)
 poller = select.poll()
 poller.register(sfd, select.POLLOUT)
-if any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0)):
-    os._exit(125)                                  # the launcher is gone
-SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM,
-        signal.SIGCHLD}
-old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
+def launcher_gone():
+    return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0))
+if launcher_gone():
+    os._exit(125)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 i, filters, caps, exec_mode, pty, rlimits, ll, no_raise = 2, [], None, False, None, [], 0, False
 while i < len(a) and a[i] != "--":
@@ -241,6 +248,7 @@ if exec_mode:
     e = apply_filters()
     if e:
         fail(6, e)
+    fcntl.fcntl(sfd, fcntl.F_SETFL, sfl)           # no SIGIO for the command
     put(0x50534201)
     try:
         os.execve(exe, argv, env)
@@ -299,7 +307,11 @@ while True:
             put(st & 0xffffffff)
             os._exit(os.waitstatus_to_exitcode(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
     sig = signal.sigwaitinfo(SIGS).si_signo
-    if sig != signal.SIGCHLD:
+    if sig == signal.SIGIO:
+        if launcher_gone():
+            os.kill(-1, signal.SIGKILL)
+            os._exit(125)
+    elif sig != signal.SIGCHLD:
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
