@@ -25,7 +25,8 @@ sealed execute-only memfd through ``<procfs>/self/fd/N``): with a pid namespace 
 ``as_pid_1``) it is pid 1 under ``--as-pid-1``, so bwrap's own pid 1 (same uid, dumpable:
 ptraceable by the command) never exists. It is undumpable from its first instruction,
 re-arms PR_SET_PDEATHSIG and checks its lifeline (the launcher still holds the status
-pipe); with a temporary CAP_SYS_ADMIN and CAP_SETPCAP it unshares a mount namespace of
+pipe; the pipe is O_ASYNC, so the reader's later close is a SIGIO on which the init kills
+the namespace); with a temporary CAP_SYS_ADMIN and CAP_SETPCAP it unshares a mount namespace of
 its own, makes the tree private (no host mount propagates in), remounts every
 ``plan.PROC_READONLY`` entry of each proc mount read-only, checks each bind destination
 is the inode the launcher validated (sources walked without following symlinks right
@@ -49,7 +50,7 @@ itself). Known gaps: as_pid_1, the command is pid 1 and may clear its own PDEATH
 SIGKILLed launcher does not end it (``status`` info ``as_pid_1_lifetime``); bubblewrap
 0.8's child binds itself to bwrap only at the end of its setup, so a launcher SIGKILLed
 in those milliseconds can leave that child blocked in bwrap's setup (never our init or
-the command: the init exits at its lifeline check).
+the command: the init exits at its lifeline check or on its SIGIO).
 
 Exit status: a command killed by signal N is returncode -N, as on the native backend
 (our init reports the raw status); with as_pid_1 or without our init, bwrap's status
