@@ -26,7 +26,7 @@ import pytest
 
 from pysandbox.proxy.rules import AllowList
 from pysandbox.proxy.server import EgressProxy
-from tests.support import host_capability, need, not_applicable, wait_until
+from tests.support import host_capability, need, not_applicable, tunnel, wait_until
 from tests.support.proxylab import USERNS_ENV, netlab
 
 UNPRIVILEGED = os.geteuid() != 0 and os.environ.get(USERNS_ENV) != "1"
@@ -72,15 +72,7 @@ def settled(proxy, n):
 
 
 def connect_tunnel(proxy, target: str) -> tuple[socket.socket, bytes]:
-    s = socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20)
-    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        head += chunk
-    return s, head
+    return tunnel.connect_tunnel(("127.0.0.1", proxy.address[1]), target)
 
 
 def read_all(s: socket.socket) -> bytes:

@@ -21,7 +21,7 @@ import pytest
 
 import pysandbox
 from pysandbox.errors import NetworkModeUnsupported, PolicyError, Reason
-from tests.support import force_python_bwrap_init, python_in_sandbox
+from tests.support import force_python_bwrap_init, python_in_sandbox, tunnel
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -79,19 +79,11 @@ def echo():
 
 # A CONNECT through the proxy named by HTTPS_PROXY: prints the status line, then what the
 # upstream said first (if the tunnel opened).
-CONNECT = r'''
-import os, socket, sys
+CONNECT = tunnel.SOURCE + r'''
+import os, sys
 proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]
 host, port = proxy.rsplit(":", 1)
-s = socket.create_connection((host, int(port)), timeout=20)
-target = sys.argv[1]
-s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
-head = b""
-while b"\r\n\r\n" not in head:
-    chunk = s.recv(1)
-    if not chunk:
-        break
-    head += chunk
+s, head = connect_tunnel((host, int(port)), sys.argv[1], step=1)
 print(head.split(b"\r\n")[0].decode())
 if b" 200 " in head.split(b"\r\n")[0] + b" ":
     s.settimeout(20)
@@ -213,20 +205,13 @@ def test_host_loopback_through_the_proxy_is_refused_unless_listed(backend, tmp_p
 
 
 def test_200_concurrent_connections_from_inside(backend, tmp_path, echo):
-    script = r'''
-import os, socket, sys, threading
+    script = tunnel.SOURCE + r'''
+import os, sys, threading
 proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1].rsplit(":", 1)
 target = sys.argv[1]
 ok = []
 def one():
-    s = socket.create_connection((proxy[0], int(proxy[1])), timeout=60)
-    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
-    data = b""
-    while b"HOST-ECHO" not in data:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        data += chunk
+    s, data = connect_tunnel((proxy[0], int(proxy[1])), target, until=b"HOST-ECHO", timeout=60)
     ok.append(b" 200 " in data and b"HOST-ECHO" in data)
     s.close()
 threads = [threading.Thread(target=one) for _ in range(200)]
