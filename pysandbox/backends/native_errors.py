@@ -56,11 +56,12 @@ def namespace_error(namespaces, err: int, probe=None):
         if culprit in _NS_ERROR:
             cls, reason = _NS_ERROR[culprit]
             hint = _HINT.get(culprit, f"cannot create a {culprit} namespace here")
-            if culprit == "user" and probe(CLONE_FLAGS["user"], PROBE_CLONE) == 0:
-                hint = ("a user namespace can be created but the caller's ids cannot be mapped in it "
-                        "(e.g. uid 0 without CAP_SETFCAP, inside another sandbox)")
             if culprit == "user":
-                hint = nested_hint("userns") or hint
+                mappable = probe(CLONE_FLAGS["user"], PROBE_CLONE) != 0
+                if not mappable:
+                    hint = ("a user namespace can be created but the caller's ids cannot be mapped in it "
+                            "(e.g. uid 0 without CAP_SETFCAP, inside another sandbox)")
+                hint = nested_hint("userns" if mappable else "userns-map") or hint
             return cls(f"clone: {os.strerror(err)}: {hint}", reason, errno=err)
         if culprit is not None:
             return SetupError(f"clone: cannot create a {culprit} namespace: {os.strerror(err)}",

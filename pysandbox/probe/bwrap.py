@@ -87,6 +87,8 @@ def probe_plan(info: BwrapInfo, plan) -> None:
             reason = classify(message, network_part=network_part)
             what = "with --unshare-net" if network_part else "for the filesystem and namespaces"
             kind = {Reason.USER_NAMESPACE_UNAVAILABLE: "userns", Reason.PROC_MOUNT_FAILED: "proc"}.get(reason)
+            if kind == "userns" and "uid map" in message.lower():
+                kind = "userns-map"   # made, not mappable: bwrap's "setting up uid map" failed
             hint = nested_hint(kind) if kind else None
             raise error_for(reason, f"bwrap probe {what} failed: {message}" + (f"; {hint}" if hint else ""))
 

@@ -78,6 +78,10 @@ def nesting() -> str | None:
 _NESTED_NEEDS = {
     "userns": "the outer sandbox must allow user namespaces inside it (pysandbox: allow_nested_userns=True; "
               "bwrap: no --disable-userns), whatever the host's sysctls say",
+    "userns-map": "a user namespace can be made here but uid 0 cannot be mapped in it: the kernel asks "
+                  "CAP_SETFCAP for that, which the outer sandbox dropped (pysandbox: allow_nested_userns=True "
+                  "and caps_keep=('setfcap',); bwrap: --cap-add CAP_SETFCAP), or run the inner one as "
+                  "another uid",
     "proc": "the kernel mounts a new procfs only where the outer sandbox's /proc is fully visible "
             "(none of its entries covered by another mount)",
 }

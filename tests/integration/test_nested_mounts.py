@@ -109,6 +109,34 @@ def test_a_nested_pybwrap_runs_and_reports_a_readable_pid(backend, tmp_path):
     assert json.loads(done.stdout) == {"ready": "inner-ready", "mark": True, "rc": 0}, done.stdout
 
 
+INNER_RUN = """
+import pysandbox
+try:
+    pysandbox.run(["true"], policy=pysandbox.Policy.default(workdir="/tmp"), backend="native")
+    print("ran")
+except pysandbox.SandboxError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("kw, want", [({"allow_nested_userns": True}, "caps_keep=('setfcap',)"),
+                                      ({}, "must allow user namespaces inside it")],
+                         ids=["nested-userns", "control-default"])
+def test_a_nested_sandbox_as_root_names_what_the_outer_one_lacks(backend, tmp_path, kw, want):
+    """Root's sandbox maps uid 0; a nested user namespace can be made (nesting allowed) but
+    uid 0 mapped in it again only with CAP_SETFCAP: the message says that, not "allow
+    user namespaces" (which is already so). Control: nesting not allowed, that message."""
+    from tests.support import not_applicable
+    if os.geteuid() != 0:
+        not_applicable("root-only: an unprivileged caller's sandbox maps its own uid, which needs no CAP_SETFCAP")
+    policy = pysandbox.Policy.default(workdir=tmp_path, **kw)
+    done = pysandbox.run([sys.executable, "-c", INNER_RUN], policy=policy, backend=backend,
+                         capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and want in done.stdout, (done.stdout, done.stderr)
+    other = "must allow user namespaces" if "setfcap" in want else "setfcap"
+    assert other not in done.stdout
+
+
 @pytest.mark.parametrize("kw", [{"allow_nested_userns": True}, {"caps_keep": ("sys_admin",)}],
                          ids=["nested-userns", "cap-sys-admin"])
 def test_the_python_bwrap_init_leaves_mounting_alone(tmp_path, monkeypatch, kw):
