@@ -57,8 +57,9 @@ class Egress:
     """The host side of one sandbox's egress proxy.
 
     ``their_fd`` goes to the launch (``Launch.proxy_socket``); after the backend's spawn
-    returned, :meth:`start` takes the listener(s) the setup sent and starts one engine
-    per listener; :meth:`close` stops them (idempotent). ``counts`` (``{"allowed": n,
+    returned, :meth:`start` takes the listener(s) the setup sent (IPv4, and IPv6 where the
+    namespace has it) and serves them with one engine (one thread, one connection budget);
+    :meth:`close` stops it (idempotent). ``counts`` (``{"allowed": n,
     "refused": m}``) and ``events`` (:class:`pysandbox.proxy.events.ProxyEvent`, in time
     order) stay readable after close. The engine logs each event on the ``pysandbox``
     logger (``pysandbox.proxy.events``: refusals as warnings) and calls ``on_event`` on the
@@ -109,10 +110,9 @@ class Egress:
                 for sock in listeners:
                     sock.close()
                 return
-            for sock in listeners:
-                engine = EgressProxy(sock, self.allow, resolver=self._resolver, on_event=self._on_event)
-                self._engines.append(engine)
-                engine.start()
+            engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event)
+            self._engines.append(engine)
+            engine.start()
 
     def close(self) -> None:
         """Stop serving: every engine closed (its listener, connections and thread).

@@ -1,9 +1,9 @@
 """EgressProxy: the host side of ``network="proxy"``, an HTTP (absolute-form and
 ``CONNECT``) and SOCKS5 proxy that relays only to the allow list's hosts.
 
-It serves an already listening TCP socket (made by the launch inside the sandbox's
-network namespace and handed to the launcher) on an asyncio loop in one daemon thread
-of the caller's process, and makes its own connections in that process's (the host's)
+It serves already listening TCP sockets (made by the launch inside the sandbox's
+network namespace, IPv4 and IPv6, and handed to the launcher) on one asyncio loop in one
+daemon thread of the caller's process, and makes its own connections in that process's (the host's)
 network namespace. ``start()`` returns once the loop serves; ``close()`` stops
 accepting, closes every connection and the listener, and joins the thread and the
 resolver threads, in bounded time. Each connection is handled by
@@ -41,8 +41,9 @@ def host_resolver(host: str, port: int) -> list[str]:
 
 
 class EgressProxy:
-    """An allow-list proxy on ``listener`` (bound and listening, TCP; the proxy owns it
-    from now on and closes it).
+    """An allow-list proxy on ``listener``: a socket or a sequence of sockets, each bound
+    and listening, TCP; the proxy owns them from now on and closes them. One loop, one
+    thread and one connection budget serve them all; ``address`` is the first one's.
 
     ``resolver(host, port) -> [address text, ...]`` resolves names (default
     :func:`host_resolver`; tests pass a mapping to their own addresses). ``on_event``
@@ -53,14 +54,17 @@ class EgressProxy:
     ``connect_timeout`` the resolution and each connection attempt.
 
     Raises:
-        TypeError: ``listener`` is not a stream socket or ``allow`` not an AllowList.
+        TypeError: a listener is not a stream socket, there is none, or ``allow`` is not an
+            AllowList.
     """
 
     def __init__(self, listener: socket.socket, allow: AllowList, *, resolver=None, on_event=None,
                  max_connections: int = 1024, max_events: int = 10000, handshake_timeout: float = 20.0,
                  resolve_timeout: float = 10.0, connect_timeout: float = 10.0):
-        if not isinstance(listener, socket.socket) or listener.type != socket.SOCK_STREAM:
-            raise TypeError("listener must be a listening SOCK_STREAM socket")
+        listeners = [listener] if isinstance(listener, socket.socket) else list(listener)
+        if not listeners or any(not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM
+                                for sock in listeners):
+            raise TypeError("listener must be a listening SOCK_STREAM socket, or a sequence of them")
         if not isinstance(allow, AllowList):
             raise TypeError("allow must be an AllowList (AllowList.from_strings([...]))")
         self.allow = allow
@@ -70,8 +74,8 @@ class EgressProxy:
         self.handshake_timeout = handshake_timeout
         self.resolve_timeout = resolve_timeout
         self.connect_timeout = connect_timeout
-        self.address = listener.getsockname()
-        self._listener = listener
+        self.address = listeners[0].getsockname()
+        self._listeners = listeners
         self._lock = threading.Lock()
         self._events: collections.deque = collections.deque(maxlen=max_events)
         self._counts = {"allowed": 0, "refused": 0}
@@ -136,7 +140,7 @@ class EgressProxy:
             self._closed = True
             thread, loop, stop = self._thread, self._loop, self._stop
         if thread is None:
-            self._listener.close()
+            self._close_listeners()
             return
         if loop is not None and stop is not None:
             try:
@@ -174,26 +178,32 @@ class EgressProxy:
             finally:
                 executor.shutdown(wait=True, cancel_futures=True)
                 loop.close()
-                self._listener.close()
+                self._close_listeners()
+
+    def _close_listeners(self) -> None:
+        for sock in self._listeners:
+            sock.close()
 
     async def _main(self, loop) -> None:
         self._stop = asyncio.Event()
-        server = await asyncio.start_server(self._accepted, sock=self._listener, limit=MAX_HEAD,
-                                            backlog=min(self.max_connections, 4096))
+        servers = [await asyncio.start_server(self._accepted, sock=sock, limit=MAX_HEAD,
+                                              backlog=min(self.max_connections, 4096))
+                   for sock in self._listeners]
         with self._lock:
             self._loop = loop
             closed = self._closed
         self._ready.set()
         if not closed:
             await self._stop.wait()
-        server.close()
+        for server in servers:
+            server.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
         try:
-            await asyncio.wait_for(server.wait_closed(), 5)
+            await asyncio.wait_for(asyncio.gather(*(server.wait_closed() for server in servers)), 5)
         except asyncio.TimeoutError:
             logger.error("the proxy's connections did not close in time")
 

@@ -379,6 +379,44 @@ def test_garbage_never_stops_the_proxy(lab, caplog):
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+def test_one_engine_serves_every_listener_with_one_budget():
+    """A sandbox's two listeners (127.0.0.1 and ::1 in proxy mode; two IPv4 ones here):
+    one loop thread serves both, the connection limit counts them together, and close()
+    closes both. Needs no lab: refusals only, nothing leaves loopback."""
+    socks = []
+    for _ in range(2):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        socks.append(sock)
+    ports = [sock.getsockname()[1] for sock in socks]
+    before = {t.ident for t in threading.enumerate() if t.name == "pysandbox-proxy"}
+    proxy = EgressProxy(socks, AllowList.from_strings(()), max_connections=1, resolver=lambda h, p: [])
+    proxy.start()
+    try:
+        assert proxy.address[1] == ports[0]
+        assert len([t for t in threading.enumerate()
+                    if t.name == "pysandbox-proxy" and t.ident not in before]) == 1
+        with socket.create_connection(("127.0.0.1", ports[0]), timeout=20):
+            assert wait_until(lambda: proxy.active == 1)
+            with socket.create_connection(("127.0.0.1", ports[1]), timeout=20) as extra:
+                assert read_all(extra) == b""          # over the shared budget: closed at once
+        assert wait_until(lambda: proxy.active == 0)
+        for port in ports:                             # each listener decides (a refusal here)
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                s.sendall(b"GET http://not-listed.test/ HTTP/1.1\r\nHost: not-listed.test\r\n\r\n")
+                assert read_all(s).startswith(b"HTTP/1.1 403"), port
+        events = settled(proxy, 3)
+        assert [e.reason for e in events][:1] == ["too_many_connections"]
+        assert proxy.counts == {"allowed": 0, "refused": 3}
+    finally:
+        proxy.close()
+    assert all(sock.fileno() == -1 for sock in socks)
+    for port in ports:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
 def test_connection_limit_refuses_and_logs_the_excess(lab, caplog):
     with running(lab, ("pypi.test", *lab.listed), max_connections=3) as proxy:
         idle = [socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) for _ in range(3)]
