@@ -52,3 +52,21 @@ def test_stderr_of_successful_runs_is_compared():
     case = Case("x", ["--unshare-user"])
     diffs = harness.compare(case, _record(), _record(stderr="bwrap: warning\n"), "/t", tolerate)
     assert diffs == [("stderr", "", "bwrap: warning\n")]
+
+
+def test_the_callers_own_network_namespace_is_not_compared_but_a_new_one_is():
+    """Both runs in the caller's network namespace: its links are the host's live state
+    (another test's veth may come and go between the runs), so they are not compared;
+    namespaces.net still is. Control: in new namespaces the same difference is reported,
+    and a run that left the caller's namespace is reported too."""
+    case = Case("x", ["--ro-bind", "/", "/"])
+    links = [{"name": "lo"}]
+    more = [{"name": "lo"}, {"name": "veth-of-another-test"}]
+
+    def rec(ns, net_links):
+        return _record(namespaces={"pid": "new", "net": ns}, network={"links": net_links})
+    assert harness.compare(case, rec("same", links), rec("same", more), "/t", tolerate) == []
+    new = harness.compare(case, rec("new", links), rec("new", more), "/t", tolerate)
+    assert [k for k, _, _ in new] == ["network.links"], new
+    left = harness.compare(case, rec("same", links), rec("new", links), "/t", tolerate)
+    assert [k for k, _, _ in left] == ["namespaces.net"], left
