@@ -30,6 +30,7 @@ import pytest
 
 from pysandbox.backends._bwrap_pyinit import SOURCE
 from tests.support import processes_with, wait_until
+from tests.support.nsholder import children
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -42,14 +43,6 @@ def _init_head(kind: str, status_w: int) -> tuple[list[str], tuple[int, ...]]:
     from pysandbox.backends import bwrap_init
     fd = bwrap_init.init_memfd()
     return [f"/proc/self/fd/{fd}", str(status_w), str(fd)], (status_w, fd)
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except OSError:
-        return []
 
 
 @pytest.mark.parametrize("kind", ["c", "python"])
@@ -69,7 +62,7 @@ def test_init_ends_the_sandbox_when_the_launcher_goes_after_its_check(kind):
             proc.kill()
             pytest.fail(f"the init did not start: {word!r} {proc.communicate()[1]!r}")
         assert wait_until(lambda: processes_with(marker)), "the command never appeared"
-        inits = _children(proc.pid)
+        inits = children(proc.pid)
         assert len(inits) == 1, inits
         # Live control: the reader is open; a SIGIO to the init (the command can send
         # its pid 1 one) is checked against the pipe and ends nothing.

@@ -30,7 +30,8 @@ class Held:
     ids: dict            # "user", "pid", "user2": the namespaces' links (user:[N])
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s children (none if it is gone)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             return [int(x) for x in f.read().split()]
@@ -58,7 +59,7 @@ def holder(*, inner_user: bool = False):
     sleeper = None
     try:
         for _ in range(200):                       # bounded: up to 10 s to reach the sleep
-            kids = _children(proc.pid)
+            kids = children(proc.pid)
             if kids and _comm(kids[0]) == "sleep":
                 sleeper = kids[0]
                 break
