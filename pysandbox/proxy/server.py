@@ -51,7 +51,11 @@ class EgressProxy:
     ``max_connections`` bounds the connections served at once (more are closed at
     once, each a ``too_many_connections`` event); ``handshake_timeout`` bounds each
     phase before the relay (the request, the TLS ClientHello), ``resolve_timeout`` and
-    ``connect_timeout`` the resolution and each connection attempt.
+    ``connect_timeout`` the resolution and each connection attempt. At most
+    ``log_burst`` refusals a second are logged (a hostile command must not flood the
+    launcher's log); the others are counted in one warning when the next second's first
+    refusal comes, or at close. Every event is still kept, counted and given to
+    ``on_event``.
 
     Raises:
         TypeError: a listener is not a stream socket, there is none, or ``allow`` is not an
@@ -60,7 +64,7 @@ class EgressProxy:
 
     def __init__(self, listener: socket.socket, allow: AllowList, *, resolver=None, on_event=None,
                  max_connections: int = 1024, max_events: int = 10000, handshake_timeout: float = 20.0,
-                 resolve_timeout: float = 10.0, connect_timeout: float = 10.0):
+                 resolve_timeout: float = 10.0, connect_timeout: float = 10.0, log_burst: int = 20):
         listeners = [listener] if isinstance(listener, socket.socket) else list(listener)
         if not listeners or any(not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM
                                 for sock in listeners):
@@ -87,6 +91,10 @@ class EgressProxy:
         self._closed = False
         self._tasks: set = set()
         self._limit_logged = -1e9
+        self.log_burst = log_burst
+        self._log_window = -1e9   # start of the current second of refusal logging
+        self._log_count = 0       # refusals logged in it
+        self._log_dropped = 0     # refusals not logged since the last summary
 
     # ---------------------------------------------------------------- what it saw
 
@@ -108,10 +116,27 @@ class EgressProxy:
         return len(self._tasks)
 
     def _record(self, event: ProxyEvent, log: bool = True) -> None:
+        dropped = 0
         with self._lock:
             self._events.append(event)
             self._counts[event.verdict] = self._counts.get(event.verdict, 0) + 1
+            if log and event.verdict == REFUSED:
+                now = time.monotonic()
+                if now - self._log_window >= 1.0:
+                    dropped, self._log_dropped = self._log_dropped, 0
+                    self._log_window, self._log_count = now, 0
+                log = self._log_count < self.log_burst
+                if log:
+                    self._log_count += 1
+                else:
+                    self._log_dropped += 1
+        self._log_dropped_summary(dropped)
         deliver(event, self.on_event, log)
+
+    def _log_dropped_summary(self, dropped: int) -> None:
+        if dropped:
+            logger.warning("proxy: %d more refused connections were not logged (more than %d a second); "
+                           "each is counted and given to on_event", dropped, self.log_burst)
 
     # ---------------------------------------------------------------- life
 
@@ -179,6 +204,9 @@ class EgressProxy:
                 executor.shutdown(wait=True, cancel_futures=True)
                 loop.close()
                 self._close_listeners()
+                with self._lock:
+                    dropped, self._log_dropped = self._log_dropped, 0
+                self._log_dropped_summary(dropped)
 
     def _close_listeners(self) -> None:
         for sock in self._listeners:

@@ -417,6 +417,45 @@ def test_one_engine_serves_every_listener_with_one_budget():
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
+def _refuse_many(n: int, caplog, **options):
+    """``n`` refused requests in a row; (log lines of refusals, summary counts, events,
+    seconds taken). Refusals only: nothing is resolved, nothing leaves loopback."""
+    caplog.set_level(logging.INFO, logger="pysandbox.proxy")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    seen = []
+    proxy = EgressProxy(sock, AllowList.from_strings(()), resolver=lambda h, p: [], on_event=seen.append,
+                        **options)
+    proxy.start()
+    began = time.monotonic()
+    try:
+        for i in range(n):
+            with socket.create_connection(proxy.address, timeout=20) as s:
+                s.sendall(b"GET http://n%d.test/ HTTP/1.1\r\nHost: n%d.test\r\n\r\n" % (i, i))
+                assert read_all(s).startswith(b"HTTP/1.1 403")
+        took = time.monotonic() - began
+    finally:
+        proxy.close()
+    messages = [r.getMessage() for r in caplog.records if r.name == "pysandbox.proxy"]
+    logged = [m for m in messages if m.startswith("proxy refused")]
+    summaries = [int(m.split()[1]) for m in messages if m.startswith("proxy: ") and "not logged" in m]
+    assert proxy.counts == {"allowed": 0, "refused": n} and len(seen) == n
+    return logged, summaries, took
+
+
+def test_a_flood_of_refusals_is_logged_at_most_log_burst_a_second(caplog):
+    """A hostile command can open refused connections as fast as it likes: the launcher's
+    log gets at most ``log_burst`` of them a second and one line counting the rest; every
+    event is still counted and delivered. Control: under the limit, each is logged."""
+    logged, summaries, took = _refuse_many(60, caplog, log_burst=3)
+    assert summaries and len(logged) + sum(summaries) == 60, (len(logged), summaries)
+    assert len(logged) <= 3 * (int(took) + 2), (len(logged), took)
+    caplog.clear()
+    logged, summaries, _ = _refuse_many(10, caplog)
+    assert (len(logged), summaries) == (10, [])
+
+
 def test_connection_limit_refuses_and_logs_the_excess(lab, caplog):
     with running(lab, ("pypi.test", *lab.listed), max_connections=3) as proxy:
         idle = [socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) for _ in range(3)]
