@@ -76,7 +76,7 @@ class Egress:
         self.allow = AllowList.from_strings(tuple(hosts))
         self._on_event = on_event
         self._resolver = resolver
-        self._engines: list = []
+        self._engine = None   # the EgressProxy, once start() made it
         self._lock = threading.Lock()
         self._closed = False
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -110,32 +110,29 @@ class Egress:
                 for sock in listeners:
                     sock.close()
                 return
-            engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event)
-            self._engines.append(engine)
-            engine.start()
+            self._engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event)
+            self._engine.start()
 
     def close(self) -> None:
-        """Stop serving: every engine closed (its listener, connections and thread).
+        """Stop serving: the engine closed (its listeners, connections and thread).
         Idempotent; safe from any thread but the proxy's own."""
         with self._lock:
             self._closed = True
-            engines = list(self._engines)
+            engine = self._engine
         for sock in (self._ours, self._theirs):
             sock.close()
-        for engine in engines:
+        if engine is not None:
             engine.close()
 
     @property
     def counts(self) -> dict[str, int]:
-        total = {"allowed": 0, "refused": 0}
-        for engine in list(self._engines):
-            for key, value in engine.counts.items():
-                total[key] = total.get(key, 0) + value
-        return total
+        engine = self._engine
+        return {"allowed": 0, "refused": 0} if engine is None else engine.counts
 
     @property
     def events(self) -> list:
-        return sorted((ev for engine in list(self._engines) for ev in engine.events), key=lambda ev: ev.time)
+        engine = self._engine
+        return [] if engine is None else engine.events   # recorded, so stamped, in order
 
     def __repr__(self):
         return f"<Egress 127.0.0.1:{self.port} {self.counts}>"
