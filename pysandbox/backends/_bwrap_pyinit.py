@@ -7,7 +7,7 @@ exist yet: nothing in the sandbox could ptrace it), then does what the C init do
 ``SOURCE`` is this module's text below the marker line: only the standard library."""
 
 SOURCE = r'''
-import ctypes, errno, os, select, signal, socket, struct, sys
+import ctypes, errno, fcntl, os, select, signal, socket, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(4, 0, 0, 0, 0)                          # PR_SET_DUMPABLE 0, first
 a = sys.argv[1:]
@@ -27,7 +27,6 @@ SIGS = {signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGUSR1, signal.SIG
         signal.SIGCHLD, signal.SIGIO}
 old = signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
 # The launcher's life, as the C init: SIGIO when the status pipe's last reader goes
-import fcntl
 sfl = fcntl.fcntl(sfd, fcntl.F_GETFL)
 fcntl.fcntl(sfd, fcntl.F_SETOWN, os.getpid())
 fcntl.fcntl(sfd, fcntl.F_SETFL, sfl | os.O_ASYNC)
