@@ -35,12 +35,16 @@ def pybwrap_backend(request):
     return request.param
 
 
+def _cap_sets(status: str) -> dict:
+    """The CAP_KEYS lines of a /proc/PID/status text."""
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in status.splitlines()) if k in CAP_KEYS}
+
+
 def _caps(tool, args, env=ENV) -> dict:
     out = subprocess.run(tool + ["--ro-bind", "/", "/"] + args + ["cat", "/proc/self/status"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
-    return {k: v.strip() for k, _, v in (line.partition(":") for line in out.stdout.splitlines())
-            if k in CAP_KEYS}
+    return _cap_sets(out.stdout)
 
 
 def _host_caps() -> dict:
@@ -104,8 +108,7 @@ def test_bwrap_backend_leaves_kept_caps_unraised(monkeypatch, python_init):
         out = pysandbox.run(["cat", "/proc/self/status"], policy=policy, backend=backend, capture_output=True,
                             text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        return {k: v.strip() for k, _, v in (line.partition(":") for line in out.stdout.splitlines())
-                if k in CAP_KEYS}
+        return _cap_sets(out.stdout)
     kept = pysandbox.Policy.default(uid=0, caps_keep={"chown", "kill"}, caps_ambient=False)
     ours, native = caps(kept, "bwrap"), caps(kept, "native")
     assert ours == native
