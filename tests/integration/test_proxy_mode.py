@@ -66,8 +66,11 @@ class _Echo:
                     pass
 
     def close(self):
+        # close() alone does not wake a thread blocked in accept(); shutdown() does
+        self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self._thread.join(10)
+        assert not self._thread.is_alive()
 
 
 @pytest.fixture
