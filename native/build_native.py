@@ -39,6 +39,7 @@ int psb_probe(unsigned long clone_flags, int what);
 int psb_mount_setattr_works(void);
 int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
+long psb_landlock_abi(void);
 size_t psb_bwrap_init_blob(const unsigned char **data);
 size_t psb_session_blob(const unsigned char **data);
 """

@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 4
+#define PSB_ABI_VERSION 5
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -176,4 +176,5 @@ int psb_probe(unsigned long clone_flags, int what);
 int psb_mount_setattr_works(void);
 int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
+long psb_landlock_abi(void);
 #endif

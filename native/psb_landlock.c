@@ -15,3 +15,12 @@ int psb_op_landlock(long kind)
     }
     return 0;
 }
+
+/* The kernel's Landlock ABI version (LANDLOCK_CREATE_RULESET_VERSION), 0 without
+ * Landlock or with it disabled. pysandbox/backends/landlock.py asks here, where the
+ * module is loaded anyway, instead of importing ctypes on every start. */
+long psb_landlock_abi(void)
+{
+    long v = psb_ll_sys(PSB_NR_LANDLOCK_CREATE_RULESET, 0, 0, 1, 0);
+    return v > 0 ? v : 0;
+}

@@ -16,7 +16,6 @@ fails, or the caller gives up. docs/ARCHITECTURE.md ("Network proxy mode") says 
 
 from __future__ import annotations
 
-import socket
 import threading
 
 from .errors import PolicyError, Reason, SetupError
@@ -79,6 +78,7 @@ class Egress:
         self._engine = None   # the EgressProxy, once start() made it
         self._lock = threading.Lock()
         self._closed = False
+        import socket   # here, not at the top: a launch without the proxy does not pay for it
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
     @property
@@ -93,6 +93,7 @@ class Egress:
             SetupError: no listener came (``setup_failed``, stage ``proxy listener``); the
                 caller ends the sandbox.
         """
+        import socket
         from .proxy.server import EgressProxy
         self._theirs.close()   # ours only now: the setup closed its copy
         try:

@@ -9,7 +9,6 @@ sandbox's outermost process: killing it ends every process of the sandbox.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import threading
 from . import plan as _plan
 from . import view as _view
 from .checks import check_path
+from .records import replace
 from .backends import select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
@@ -90,7 +90,7 @@ def with_start_directory(plan: _plan.Plan, cwd) -> _plan.Plan:
     seen = _cwd_plans.get(key)
     if seen is not None and seen[0] is plan:
         return seen[1]
-    derived = dataclasses.replace(plan, ops=tuple(_plan.Chdir(path) if isinstance(op, _plan.Chdir) else op
+    derived = replace(plan, ops=tuple(_plan.Chdir(path) if isinstance(op, _plan.Chdir) else op
                                                   for op in plan.ops))
     with _plan_lock:
         if len(_cwd_plans) > 256:

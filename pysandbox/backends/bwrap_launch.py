@@ -17,7 +17,7 @@ import select
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from ..records import dataclass
 
 
 @dataclass

@@ -17,7 +17,6 @@ owner reads it as with bwrap's pid 1 (docs/ARCHITECTURE.md, "The reported pid"):
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 NONE, FS, SIGNAL = 0, 1, 2        # native/psb_landlock.h PSB_LANDLOCK_FS, PSB_LANDLOCK_SIGNAL
@@ -31,14 +30,31 @@ _abi: int | None = None
 
 def kernel_abi() -> int:
     """The kernel's Landlock ABI version (>= 1), or 0 without Landlock (or disabled).
-    Any process, any privilege; probed once."""
+    Any process, any privilege; probed once: by the native module where it loads (it
+    does for every launch of either backend), else through ctypes."""
     global _abi
     if _abi is None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        v = libc.syscall(ctypes.c_long(_NR_CREATE_RULESET), None, ctypes.c_long(0), ctypes.c_long(_VERSION))
-        _abi = int(v) if v > 0 else 0
+        _abi = _native_abi()
+        if _abi is None:
+            _abi = _ctypes_abi()
     return _abi
+
+
+def _native_abi() -> int | None:
+    from ..errors import NativeModuleMissing
+    from ._native_lib import _load
+    try:
+        return int(_load()[1].psb_landlock_abi())
+    except NativeModuleMissing:
+        return None
+
+
+def _ctypes_abi() -> int:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    v = libc.syscall(ctypes.c_long(_NR_CREATE_RULESET), None, ctypes.c_long(0), ctypes.c_long(_VERSION))
+    return int(v) if v > 0 else 0
 
 
 def abi() -> int:

@@ -79,3 +79,34 @@ def test_public_names_resolve_lazily_in_a_fresh_interpreter():
             "try:\n    pysandbox.no_such_name\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(3)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+# What a launch's start-up must not import (issue 15): dataclasses and inspect
+# (pysandbox/records.py stands in for dataclasses), socket (proxy mode only: egress.py
+# imports it when a proxy is made) and, on the native path, ctypes (the native module
+# answers the Landlock probe; the bwrap backend's pre-exec hook still calls prctl
+# through ctypes).
+HEAVY = ("dataclasses", "inspect", "socket", "ctypes")
+RUN_CASES = [
+    pytest.param("pysandbox.cli", ["run", "--", "/bin/true"], HEAVY, id="pysandbox run"),
+    pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY, id="pybwrap"),
+    pytest.param("pysandbox.cli", ["run", "--backend", "bwrap", "--", "/bin/true"], HEAVY[:3],
+                 id="pysandbox run --backend bwrap", marks=pytest.mark.requires("bwrap")),
+]
+
+
+@pytest.mark.requires("native")
+@pytest.mark.parametrize("module,argv,heavy", RUN_CASES)
+def test_a_launch_imports_no_heavy_module(module, argv, heavy):
+    got = loaded(f"main({argv!r})", setup=f"from {module} import main\n")
+    assert got["code"] in (0, None), got["out"]
+    assert [m for m in heavy if m in got["modules"]] == []
+
+
+@pytest.mark.requires("native")
+@pytest.mark.requires("netns")
+def test_control_a_proxy_launch_does_import_socket():
+    got = loaded("main(['run', '--network', 'proxy', '--allow-host', 'pypi.test', '--', '/bin/true'])",
+                 setup="from pysandbox.cli import main\n")
+    assert got["code"] in (0, None), got["out"]
+    assert "socket" in got["modules"]
