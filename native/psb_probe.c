@@ -25,6 +25,46 @@ static int psb_probe_child(int what, const char *uid_map, const char *gid_map)
     return 0;
 }
 
+/* Runs fn(arg) in a throwaway child cloned with ``clone_flags`` that shares our memory
+ * on a small stack of its own (CLONE_VM | CLONE_VFORK: we are suspended until it exits
+ * or execs, so nothing of ours runs beside it, and every signal stays blocked meanwhile)
+ * and reaps it. A fork would copy the caller's page tables and leave its pages
+ * copy-on-write: the two probes of a command line's start were two forks of the Python
+ * process. 0 or the child's exit code, else the errno. */
+static int psb_probe_run(unsigned long clone_flags, int (*fn)(void *), void *arg)
+{
+    const size_t size = 64 * 1024;
+    char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED)
+        return errno;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(fn, stack + size, (int)(clone_flags | CLONE_VM | CLONE_VFORK | SIGCHLD), arg);
+    int err = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    munmap(stack, size);   /* the child has exited or exec'd: its stack is unused */
+    if (pid < 0)
+        return err ? err : EINVAL;
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR)
+            return errno;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : EINTR;
+}
+
+struct psb_probe_arg {
+    int what;
+    const char *uid_map, *gid_map;
+};
+
+static int psb_probe_entry(void *p)
+{
+    const struct psb_probe_arg *a = p;
+    _exit(psb_probe_child(a->what, a->uid_map, a->gid_map));
+}
+
 /* Runs in the caller's process, any privilege: 0 when a child can be cloned with
  * ``clone_flags`` and do ``what`` there, else the errno. Costs one clone. */
 int psb_probe(unsigned long clone_flags, int what)
@@ -33,24 +73,8 @@ int psb_probe(unsigned long clone_flags, int what)
     char uid_map[64], gid_map[64];
     psb_fmt_map(uid_map, geteuid());
     psb_fmt_map(gid_map, getegid());
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = (pid_t)syscall(SYS_clone, clone_flags | SIGCHLD, 0, 0, 0, 0);
-    if (pid == 0)
-        _exit(psb_probe_child(what, uid_map, gid_map));
-    int err = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (pid < 0)
-        return err ? err : EINVAL;
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0) {
-        if (errno != EINTR)
-            return errno;
-    }
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    return EINTR;
+    struct psb_probe_arg arg = { what, uid_map, gid_map };
+    return psb_probe_run(clone_flags, psb_probe_entry, &arg);
 }
 
 /* Runs in the caller's process: 1 when the kernel has mount_setattr (an invalid
@@ -106,23 +130,17 @@ int psb_init_memfd(void)
 #endif
 }
 
+static int psb_exec_probe_entry(void *p)
+{
+    char *argv[] = { "psb-init", "probe", NULL };
+    char *envp[] = { NULL };
+    syscall(SYS_execveat, *(const int *)p, "", argv, envp, AT_EMPTY_PATH);
+    _exit(errno ? errno : 1);
+}
+
 /* Runs in the caller's process: 0 when the init can be exec'd from its memfd here
  * (memfd_noexec, an LSM or noexec policies may forbid it), else the errno. */
 int psb_probe_exec_init(int init_fd)
 {
-    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
-    if (pid == 0) {
-        char *argv[] = { "psb-init", "probe", NULL };
-        char *envp[] = { NULL };
-        syscall(SYS_execveat, init_fd, "", argv, envp, AT_EMPTY_PATH);
-        _exit(errno ? errno : 1);
-    }
-    if (pid < 0)
-        return errno;
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0) {
-        if (errno != EINTR)
-            return errno;
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : EINTR;
+    return psb_probe_run(0, psb_exec_probe_entry, &init_fd);
 }
