@@ -91,7 +91,7 @@ def with_start_directory(plan: _plan.Plan, cwd) -> _plan.Plan:
     if seen is not None and seen[0] is plan:
         return seen[1]
     derived = replace(plan, ops=tuple(_plan.Chdir(path) if isinstance(op, _plan.Chdir) else op
-                                                  for op in plan.ops))
+                                      for op in plan.ops))
     with _plan_lock:
         if len(_cwd_plans) > 256:
             _cwd_plans.clear()

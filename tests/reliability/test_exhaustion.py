@@ -34,23 +34,13 @@ def _where(exc: BaseException) -> str:
     return f"{os.path.basename(frame.filename)}:{frame.lineno}" if frame else "?"
 
 
-def _descriptors() -> list:
-    out = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            out.append((int(name), os.readlink(f"/proc/self/fd/{name}")))
-        except OSError:
-            pass
-    return sorted(out)
-
-
 def test_out_of_descriptors(backend, tmp_path):
     policy = pysandbox.Policy.default(workdir=str(tmp_path))
     pysandbox.run(["/bin/true"], policy=policy, backend=backend)      # probes done, plan cached
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     outcomes = []
     with leaks.unchanged():
-        before = _descriptors()
+        before = sorted(leaks.open_fds())
         base = len(before)
         for extra in range(MAX_EXTRA):
             marker = tmp_path / f"m{extra}"
