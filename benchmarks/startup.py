@@ -98,6 +98,23 @@ def backends_imported(argv: list[str]) -> list[str]:
     return [n for n in names if BACKEND_MODULE.match(n)]
 
 
+def runnable(wanted: dict[str, list[str]], workdir: str, env: dict, pool: list) -> list[str]:
+    """Run each command once in ``workdir`` (a warm-up that also writes .pyc files); append
+    a :class:`Command` for each that exited 0 to ``pool`` and return why the others are left
+    out (``label: exit N: stderr's tail``). startup_ab.py uses it too."""
+    missing = []
+    for label, argv in wanted.items():
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=workdir, env=env)
+        if done.returncode != 0:
+            missing.append(f"{label}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+            continue
+
+        def launch(argv=argv):
+            return subprocess.run(argv, check=True, cwd=workdir, env=env, stdout=subprocess.DEVNULL)
+        pool.append(Command(label, argv, launch))
+    return missing
+
+
 def section_startup(report, cfg: dict, deadline: float) -> None:
     rounds = cfg["startup_rounds"]
     report.out(f"## Start-up: whole-process time ({rounds} rounds, alternated)")
@@ -105,17 +122,9 @@ def section_startup(report, cfg: dict, deadline: float) -> None:
     env = _env()
     with tempfile.TemporaryDirectory(prefix="psb-bench-startup-", dir="/var/tmp") as workdir:
         pool = []
-        for label, argv in commands(workdir).items():
-            done = subprocess.run(argv, capture_output=True, text=True, cwd=workdir, env=env)
-            if done.returncode != 0:
-                msg = f"{label}: exit {done.returncode}: {done.stderr.strip()[-300:]}"
-                report.missing.append(msg)
-                report.out(f"  (missing: {msg})")
-                continue
-
-            def launch(argv=argv):
-                return subprocess.run(argv, check=True, cwd=workdir, env=env, stdout=subprocess.DEVNULL)
-            pool.append(Command(label, argv, launch))
+        for msg in runnable(commands(workdir), workdir, env, pool):
+            report.missing.append(msg)
+            report.out(f"  (missing: {msg})")
         cpu: dict = {}
         samples = M.alternate(pool, rounds, warmup=2, deadline=deadline, cpu=cpu)
     stats = {label: Summary.of(s) for label, s in samples.items()}

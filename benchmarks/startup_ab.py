@@ -13,12 +13,11 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
 import measure as M
-from startup import BASE, Command, _env
+from startup import BASE, _env, runnable
 
 
 def commands(label: str, bindir: str) -> dict[str, list[str]]:
@@ -45,15 +44,8 @@ def main(argv=None) -> int:
     wanted["bwrap --ro-bind / / true"] = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "/bin/true"]
     with tempfile.TemporaryDirectory(prefix="psb-bench-ab-", dir="/var/tmp") as workdir:
         pool = []
-        for label, cmd in wanted.items():
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir, env=env)
-            if done.returncode != 0:
-                print(f"(left out: {label}: exit {done.returncode}: {done.stderr.strip()[-200:]})")
-                continue
-
-            def launch(cmd=cmd):
-                return subprocess.run(cmd, check=True, cwd=workdir, env=env, stdout=subprocess.DEVNULL)
-            pool.append(Command(label, cmd, launch))
+        for msg in runnable(wanted, workdir, env, pool):
+            print(f"(left out: {msg})")
         start_load = os.getloadavg()[0]
         cpu: dict = {}
         samples = M.alternate(pool, args.rounds, warmup=3, cpu=cpu)
