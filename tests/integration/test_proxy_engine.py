@@ -418,8 +418,8 @@ def test_one_engine_serves_every_listener_with_one_budget():
 
 
 def _refuse_many(n: int, caplog, **options):
-    """``n`` refused requests in a row; (log lines of refusals, summary counts, events,
-    seconds taken). Refusals only: nothing is resolved, nothing leaves loopback."""
+    """``n`` refused requests in a row; (log lines of refusals, summary counts, seconds
+    taken). Refusals only: nothing is resolved, nothing leaves loopback."""
     caplog.set_level(logging.INFO, logger="pysandbox.proxy")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
