@@ -203,7 +203,8 @@ class Cgroups:
     @classmethod
     def create(cls, limits: dict, root: str | None = None) -> "Cgroups":
         """New cgroups below the launcher's own with ``limits`` (``{"memory": bytes,
-        "pids": count}``) written.
+        "pids": count}``) written. First the empty cgroups of dead launchers are removed
+        from the parents (:func:`_sweep`; that never fails the launch).
 
         Raises:
             LimitUnavailable: cgroup_unavailable or controller_not_delegated (nothing of
