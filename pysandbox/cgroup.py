@@ -5,13 +5,16 @@ launcher's own cgroup from ``/proc/self/cgroup``: cgroup v1 where the controller
 v1 hierarchy (``ROOT/<controller>/<path>``), else cgroup v2 (``ROOT/<path>``, or under
 ``ROOT/unified`` for a hybrid host) where the controller is in that cgroup's
 ``cgroup.controllers``. :class:`Cgroups` makes one new cgroup per controller *below*
-that one (a unique name, ``pysandbox-<pid>-<n>-<random>``), writes the limit, and the
+that one (a unique name, ``pysandbox-<pid>-<start>-<ns>-<n>-<random>``, the scheme of
+:mod:`pysandbox.cgroup_leftovers`), writes the limit, and the
 backend places the sandbox in it before its setup runs (``cgroup.procs``: the native
 backend writes the first process's pid before any step runs, the bwrap backend's
 forked child writes itself before it execs bwrap). At the end :meth:`Cgroups.close`
 kills every process still in it (``cgroup.kill`` on v2; on v1 each pid of
 ``cgroup.procs``, by pidfd, only while it is still in our cgroup, until it is empty),
-reads what was hit, and removes it.
+reads what was hit, and removes it. Before it makes its own, each launch removes the
+empty cgroups that SIGKILLed launchers left in the same parents
+(:func:`pysandbox.cgroup_leftovers.sweep`).
 
 ``ROOT`` is ``/sys/fs/cgroup``, or ``$PYSANDBOX_CGROUP_ROOT`` (the tests' seam: a tree
 the launcher cannot write). Nothing here is created anywhere else.
@@ -29,10 +32,12 @@ import os
 import signal
 import time
 
+from . import cgroup_leftovers
 from .errors import LimitUnavailable, Reason
+from .limits import CGROUP_KINDS
 
 ROOT_ENV = "PYSANDBOX_CGROUP_ROOT"
-PREFIX = "pysandbox-"
+PREFIX = cgroup_leftovers.PREFIX
 _counter = itertools.count()
 # v1 files / v2 files: (limit file, events file, events key)
 _FILES = {
@@ -198,14 +203,16 @@ class Cgroups:
     @classmethod
     def create(cls, limits: dict, root: str | None = None) -> "Cgroups":
         """New cgroups below the launcher's own with ``limits`` (``{"memory": bytes,
-        "pids": count}``) written.
+        "pids": count}``) written. First the empty cgroups of dead launchers are removed
+        from the parents (:func:`_sweep`; that never fails the launch).
 
         Raises:
             LimitUnavailable: cgroup_unavailable or controller_not_delegated (nothing of
                 ours is left behind).
         """
         where = {c: locate(c, root) for c in limits}
-        name = f"{PREFIX}{os.getpid()}-{next(_counter)}-{os.urandom(4).hex()}"
+        _sweep(where, root)
+        name = cgroup_leftovers.name(next(_counter))
         made = cls([])
         try:
             by_dir: dict = {}
@@ -249,6 +256,26 @@ class Cgroups:
             if log is not None:
                 log.debug("cgroup: could not remove %s", ", ".join(left))
         return self.hits
+
+
+def _sweep(where: dict, root: str | None) -> None:
+    """The leftovers of dead launchers in every parent where launches make their cgroups
+    (each controller's on v1, also those of controllers this launch does not limit).
+    Never fails the launch."""
+    try:
+        parents = [d for _v, d in where.values()]
+        for c in CGROUP_KINDS:
+            if c not in where:
+                try:
+                    parents.append(locate(c, root)[1])
+                except LimitUnavailable:
+                    pass
+        cgroup_leftovers.sweep(parents)
+    except Exception as exc:   # noqa: BLE001 - a sweep never fails a launch
+        from .trace import debug_logger
+        log = debug_logger()
+        if log is not None:
+            log.debug("cgroup: sweep of leftovers failed: %r", exc)
 
 
 def place_pid(procs_files, pid: int) -> None:

@@ -23,7 +23,7 @@ import pytest
 import pysandbox
 from pysandbox import Limits, LimitUnavailable, Policy
 from pysandbox.cgroup import host_support
-from tests.support import need
+from tests.support import need, not_applicable
 
 FAIL_CLOSED = ("controller_not_delegated", "cgroup_unavailable")
 
@@ -414,3 +414,106 @@ def test_a_refused_placement_fails_closed(backend, tmp_path, monkeypatch):
     done = pysandbox.run(["touch", str(marker)], policy=policy, backend=backend, timeout=60)
     assert done.returncode == 0 and marker.exists() and fake.closed == 1
     assert enforcement.prepare is not process.prepare   # only the process layer's name was replaced
+
+
+LIMITED_LAUNCHER = """
+    import sys
+    import pysandbox
+    from pysandbox import Limits, Policy
+    proc = pysandbox.Popen(["sleep", "600"], policy=Policy.default(limits=Limits(memory="64M", pids=16)),
+                           backend=sys.argv[1])
+    print(" ".join(g.path for g in proc._child.cgroups.groups), flush=True)
+    proc.wait()
+"""
+
+
+def test_a_sigkilled_launchers_cgroups_are_removed_by_the_next_launch(backend):
+    """A launcher SIGKILLed during a limited launch leaves its (emptied) cgroups; the next
+    limited launch removes them. Kept: the same scheme's name of a live process (a
+    sleeping child of this test), of another user, and one with a process in it; removed
+    too: a live pid's name with another start time (the pid reused)."""
+    from tests.support import cgroups as cg
+    if not (cgroup_or_fail_closed("memory", backend) and cgroup_or_fail_closed("pids", backend)):
+        return
+    launcher = subprocess.Popen([sys.executable, "-c", textwrap.dedent(LIMITED_LAUNCHER), backend],
+                                stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(pysandbox.__file__))})
+    made, left = [], []
+    sleeper = subprocess.Popen(["sleep", "600"])
+    held = subprocess.Popen(["sleep", "600"])
+    try:
+        left += launcher.stdout.readline().split()
+        assert left, "the launcher did not launch"
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        # control: the leak is real (the sandbox died with its launcher; its cgroups stay)
+        assert all(cg.wait_empty(p) for p in left) and all(os.path.isdir(p) for p in left), left
+        assert {os.path.dirname(p) for p in left} == set(cg.parents())
+        stay, gone = [], []
+        for parent in cg.parents():
+            live = os.path.join(parent, cg.leftover_name(sleeper.pid))
+            reused = os.path.join(parent, cg.leftover_name(sleeper.pid, start=cg.start_time(sleeper.pid) - 1))
+            foreign = os.path.join(parent, cg.leftover_name(cg.dead_pid()))
+            busy = os.path.join(parent, cg.leftover_name(cg.dead_pid()))
+            for path in (live, reused, foreign, busy):
+                os.mkdir(path)
+                made.append(path)
+            os.chown(foreign, 1, 1)   # another user's (daemon): never ours to remove
+            with open(os.path.join(busy, "cgroup.procs"), "w") as f:
+                f.write(str(held.pid))
+            stay += [live, foreign, busy]
+            gone.append(reused)
+        done = pysandbox.run(["true"], policy=_policy(memory="64M", pids=16), backend=backend, timeout=60)
+        assert done.returncode == 0
+        assert not any(os.path.exists(p) for p in left + gone), [p for p in left + gone if os.path.exists(p)]
+        assert all(os.path.isdir(p) for p in stay), [p for p in stay if not os.path.isdir(p)]
+    finally:
+        for proc in (launcher, sleeper, held):
+            proc.kill()
+            proc.wait()
+        launcher.stdout.close()
+        cg.remove(made + left)
+
+
+def _cgroup2_own() -> str:
+    """This process's cgroup v2 directory (the cgroup2 mount and the ``0::`` line)."""
+    with open("/proc/self/mounts") as f:
+        mounts = [line.split()[1] for line in f if line.split()[2] == "cgroup2"]
+    with open("/proc/self/cgroup") as f:
+        path = next((line.rstrip("\n")[3:] for line in f if line.startswith("0::")), None)
+    if not mounts or path is None:
+        need("cgroup v2", "no cgroup2 mount or no 0:: line in /proc/self/cgroup")
+    return mounts[0] + (path if path != "/" else "")
+
+
+def test_the_sweep_on_a_cgroup_v2_tree():
+    """The sweep's kernel side on cgroup v2 (whichever controllers it has): an empty
+    leftover of a dead launcher goes; a populated one (EBUSY), a live launcher's and a
+    child cgroup's parent stay."""
+    from tests.support import cgroups as cg
+    from pysandbox.cgroup_leftovers import sweep
+    parent = _cgroup2_own()
+    sleeper = subprocess.Popen(["sleep", "600"])
+    held = subprocess.Popen(["sleep", "600"])
+    dead, live, busy, nested = (os.path.join(parent, cg.leftover_name(p))
+                                for p in (cg.dead_pid(), sleeper.pid, cg.dead_pid(), cg.dead_pid()))
+    made = []
+    try:
+        for path in (dead, live, busy, nested, os.path.join(nested, "child")):
+            try:
+                os.mkdir(path)
+            except PermissionError as exc:
+                why = f"this user may not make a cgroup in {parent} ({exc.strerror})"
+                if os.geteuid() == 0:
+                    need("a writable cgroup v2", why)
+                not_applicable(why)   # the launches fail closed (test_cgroup_limit_fails_closed_...)
+            made.insert(0, path)
+        with open(os.path.join(busy, "cgroup.procs"), "w") as f:
+            f.write(str(held.pid))
+        assert sweep([parent]) == [dead]
+        assert all(os.path.isdir(p) for p in (live, busy, nested))
+    finally:
+        for proc in (sleeper, held):
+            proc.kill()
+            proc.wait()
+        cg.remove(made)

@@ -6,8 +6,8 @@ holding namespaces for the join tests), ``world`` (the host tree and descriptors
 sandbox run binds from), ``probe`` (the in-sandbox probe script), ``probe_normalise``
 (what of two probe reports is compared), ``hostcheck`` (is the host left as it was)
 ``policy_corpus`` (hand-written policies covering the whole Policy grammar),
-``proxylab`` (upstream test servers in a network namespace, a test CA and a resolver
-hook for the proxy tests) and ``upstream`` (those servers' program).
+``cgroups`` (cgroup names for the leftover-sweep tests), ``proxylab`` (upstream
+test servers in a network namespace, a test CA and a resolver hook for the proxy tests) and ``upstream`` (those servers' program).
 
 ``need(cap)`` skips with the reason the host lacks ``cap``; under
 ``PYSANDBOX_MUST_WORK=1`` (CI) that skip is a failure. ``not_applicable(why)``

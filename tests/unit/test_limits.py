@@ -226,3 +226,76 @@ def test_not_delegated_is_its_own_reason(tmp_path, monkeypatch):
     with pytest.raises(LimitUnavailable) as info:
         cgroup.Cgroups.create({"pids": 8})
     assert info.value.reason is Reason.CONTROLLER_NOT_DELEGATED and info.value.limit == "pids"
+
+
+# ---------------------------------------------------------------- leftovers of killed launchers, fake trees
+
+def test_names_carry_the_launchers_pid_start_time_and_namespaces():
+    from pysandbox.cgroup_leftovers import identity, launcher_dead, name, start_time
+    mine = name(3)
+    pid, start, ns, n, rand = mine[len(cgroup.PREFIX):].split("-")
+    assert (int(pid), int(start), ns, n) == (os.getpid(), start_time(os.getpid()), identity()[1], "3")
+    assert len(rand) == 8 and len(ns) == 8 and start_time("self") == int(start) > 0
+    assert not launcher_dead(mine)   # this process, alive
+
+
+def test_sweep_removes_only_empty_directories_of_dead_launchers(tmp_path):
+    """A plain tree stands in for the parent cgroup: rmdir works there on an empty
+    directory as on a cgroup without processes. Removed: a dead pid's, a reused pid's
+    (live pid, other start time). Kept: a live process's, another namespace's, one with
+    a file in it, a symlink of the scheme, names not of the scheme."""
+    from tests.support.cgroups import dead_pid, leftover_name
+    from pysandbox.cgroup_leftovers import sweep
+    import subprocess
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        dead = dead_pid()
+        gone = [leftover_name(dead), leftover_name(live.pid, start=1)]
+        target = tmp_path / "target"
+        target.mkdir()
+        stay = [leftover_name(live.pid), leftover_name(dead, ns="0badf00d"), leftover_name(dead),
+                f"{cgroup.PREFIX}{dead}-0-1-abcdefgh", f"{cgroup.PREFIX}{dead}-1-2-3-4-5", "other"]
+        parent = tmp_path / "parent"
+        parent.mkdir()
+        for entry in gone + stay[:-1]:
+            (parent / entry).mkdir()
+        (parent / stay[2] / "held").write_text("")            # not empty
+        link = leftover_name(dead)
+        (parent / link).symlink_to(target)
+        removed = sweep([str(parent), str(parent)])
+        assert sorted(removed) == sorted(str(parent / e) for e in gone)
+        assert sorted(os.listdir(parent)) == sorted(stay[:-1] + [link]) and target.is_dir()
+        # the same leftover in a second parent (v1: one per hierarchy) goes too
+        other = tmp_path / "other"
+        other.mkdir()
+        (other / gone[0]).mkdir()
+        assert sweep([str(parent), str(other)]) == [str(other / gone[0])]
+    finally:
+        live.kill()
+        live.wait()
+    assert sweep([str(tmp_path / "missing")]) == []   # a parent that is not there: nothing, no error
+
+
+def test_a_failing_sweep_does_not_fail_the_launch(tmp_path, monkeypatch):
+    own = tmp_path / "me"
+    own.mkdir()
+    monkeypatch.setattr(cgroup, "locate", lambda c, r=None: (1, str(own)))
+
+    def boom(parents):
+        raise RuntimeError("sweep bug")
+    monkeypatch.setattr(cgroup.cgroup_leftovers, "sweep", boom)
+    with pytest.raises(LimitUnavailable) as info:   # the plain tree's own failure, not the sweep's
+        cgroup.Cgroups.create({"memory": 64 << 20})
+    assert info.value.reason is Reason.CGROUP_UNAVAILABLE
+
+
+def test_create_sweeps_the_parents_first(tmp_path, monkeypatch):
+    from tests.support.cgroups import dead_pid, leftover_name
+    own = tmp_path / "me"
+    own.mkdir()
+    left = own / leftover_name(dead_pid())
+    left.mkdir()
+    monkeypatch.setattr(cgroup, "locate", lambda c, r=None: (1, str(own)))
+    with pytest.raises(LimitUnavailable):
+        cgroup.Cgroups.create({"pids": 8})
+    assert not left.exists() and os.listdir(own) == []
