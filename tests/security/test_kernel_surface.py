@@ -152,8 +152,9 @@ def test_dev_userfaultfd_bound_with_devices_still_refused_unless_allowed(backend
     ``--dev-bind /dev /dev``) does not reopen userfaultfd: its ioctl is refused too."""
     host = _host_device_opens() if os.path.exists(DEVICE) else {"open": errno.ENOENT}
     if host["open"] != 0 or host.get("ioc_new") != 0:
-        not_applicable(f"{DEVICE} does not make a userfaultfd for this caller outside the sandbox ({host}; "
-                       "mode 0600 root): the device's way cannot be shown live")
+        not_applicable(f"{DEVICE} does not make a userfaultfd for this caller outside the sandbox (open "
+                       f"{host['open']}, ioctl {host.get('ioc_new')}; mode 0600 root): the device's way cannot be "
+                       "shown live")
     base = pysandbox.Policy.default(workdir=tmp_path)
     for allowed, want in (((), errno.EPERM), (("userfaultfd",), 0)):
         policy = base.replace(fs=base.fs + (Bind(DEVICE, "/tmp/uffd", dev=True),), allow_syscalls=allowed)
