@@ -30,8 +30,9 @@ every system call of the command and of all its descendants:
       (policy.py: ``conflicting_options``).
     - Kernel surface a command does not need (unless named in
       ``Policy(allow_syscalls=...)``): ``perf_event_open``, ``bpf`` and ``userfaultfd``
-      fail with EPERM, as in Docker's and Codex's default profiles. None is confined by a
-      namespace: each reaches a large kernel subsystem that local privilege escalations
+      fail with EPERM, as in Docker's default profile (for a container without
+      CAP_PERFMON, CAP_BPF or CAP_SYS_ADMIN; Codex's filter refuses with EPERM too, but
+      not these). None is confined by a namespace: each reaches a large kernel subsystem that local privilege escalations
       keep coming from (perf events, the BPF verifier and maps), or, for ``userfaultfd``,
       the page-fault stalls that turn kernel races into exploits; ``perf_event_open``
       also measures the machine's other processes and caches (side channels). The host's
