@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from . import __version__, cli_limits
+from . import __version__, cli_limits, cli_seccomp
 from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -62,8 +62,9 @@ NO_PROXY unset) for the --allow-host names only ("*." wildcards); --verbose prin
 
 kernel surface: the built-in seccomp filter refuses keyctl/add_key/request_key (the
 caller's session keyring stays out of reach), io_uring (unless --allow-io-uring with
---network allow) and, with --network deny, sockets of families no network namespace
-confines (AF_VSOCK, AF_QIPCRTR, ...).
+--network allow), perf_event_open, bpf and userfaultfd (EPERM, unless --allow-syscall
+NAME: profilers, BPF tools, CRIU) and, with --network deny, sockets of families no
+network namespace confines (AF_VSOCK, AF_QIPCRTR, ...).
 """
 
 
@@ -144,11 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="network deny: keep docker/podman/containerd, ssh-agent, gpg-agent, D-Bus, "
                           "systemd, udev, snapd, libvirt and LXD sockets and their variables (masked by "
                           "default)")
-    run.add_argument("--strict-unix", action="store_true",
-                     help="refuse new AF_UNIX sockets by seccomp (socketpair still works)")
-    run.add_argument("--allow-io-uring", action="store_true",
-                     help="allow io_uring (refused by default with ENOSYS); needs --network allow and "
-                          "no --strict-unix, since io_uring makes sockets seccomp cannot see")
+    cli_seccomp.add_arguments(run)
     run.add_argument("--pass-fd", metavar="FD", type=_fd, action="append", default=[],
                      help="pass descriptor FD (>= 3) to the command (repeatable)")
     run.add_argument("--timeout", metavar="SECONDS", type=_seconds,
@@ -278,9 +275,9 @@ def _policy(args, profile=None):
         kw["new_session"] = False
     kw["pass_fds"] = tuple(args.pass_fd)
     kw["limits"] = cli_limits.merged(kw.get("limits"), args)
-    for flag in ("keep_authority_sockets", "strict_unix", "allow_io_uring"):
-        if getattr(args, flag):
-            kw[flag] = True
+    if args.keep_authority_sockets:
+        kw["keep_authority_sockets"] = True
+    cli_seccomp.merge(kw, args)
     policy = Policy.default(**kw)
     if profile is not None:
         profile.check_outside(policy)

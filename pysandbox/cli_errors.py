@@ -13,7 +13,8 @@ from . import cli_limits
 EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 # Policy field (PolicyError.field) -> the option that sets it
 OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw",
-             "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", **cli_limits.OPTION_OF}
+             "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", "allow_syscalls": "--allow-syscall",
+             **cli_limits.OPTION_OF}
 _STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
 
 

@@ -152,10 +152,12 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
         ops.append(WaitFd(policy.block_fd))
     ops.extend(Seccomp(prog) for prog in policy.seccomp)
     # Built-in filters, always (seccomp.py): TIOCSTI/TIOCLINUX refused even with a shared
-    # session, the keyring calls, io_uring unless allowed, and in deny/proxy mode the
-    # socket families no network namespace confines (AF_VSOCK ...).
+    # session, the keyring calls, io_uring unless allowed, perf_event_open/bpf/userfaultfd
+    # unless allowed, and in deny/proxy mode the socket families no network namespace
+    # confines (AF_VSOCK ...).
     ops.extend(Seccomp(prog) for prog in _seccomp.builtin_filters(
-        strict_unix=policy.strict_unix, network=policy.network.mode, allow_io_uring=policy.allow_io_uring))
+        strict_unix=policy.strict_unix, network=policy.network.mode, allow_io_uring=policy.allow_io_uring,
+        allow_syscalls=policy.allow_syscalls))
     if policy.new_session:
         ops.append(NewSession())
     _view.check_start_directory(policy.chdir or "/", done, "chdir", field="chdir")

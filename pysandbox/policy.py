@@ -18,6 +18,7 @@ from .errors import PolicyError, Reason
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
                  Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
 from .limits import Limits
+from .seccomp import caller_programs, opt_in_calls
 from .records import dataclass, field, replace
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
@@ -194,6 +195,7 @@ class Policy:
     keep_authority_sockets: bool = False   # deny mode: keep docker/ssh-agent/... sockets (authority.py)
     strict_unix: bool = False              # seccomp: socket(AF_UNIX) refused, socketpair allowed
     allow_io_uring: bool = False           # seccomp: io_uring_* allowed (network allow, not strict_unix)
+    allow_syscalls: frozenset = frozenset()  # seccomp: of perf_event_open, bpf, userfaultfd, those allowed
     allow_host_mountpoints: bool = False   # pybwrap only: a missing mount point inside a writable
                                            # host bind is created on the host, as bwrap does
     block_fd: int | None = None            # setup waits for a byte or EOF here before the command
@@ -253,6 +255,7 @@ class Policy:
                               "and connects sockets without the system calls the seccomp filters check, "
                               "so it would bypass strict_unix and the AF_VSOCK refusal of network "
                               f"{self.network.mode!r}", Reason.CONFLICTING_OPTIONS, "allow_io_uring")
+        set_field(self, "allow_syscalls", opt_in_calls(self.allow_syscalls))
         if self.as_pid_1 and "pid" not in ns:
             raise PolicyError("as_pid_1 needs the pid namespace", Reason.CONFLICTING_OPTIONS, "as_pid_1")
         caps = frozenset(_cap_name(c) for c in as_tuple(self.caps_keep, "caps_keep"))
@@ -261,12 +264,7 @@ class Policy:
         if any(fd < 3 for fd in fds):
             raise PolicyError("pass_fds must be >= 3 (stdio is always passed)", Reason.INVALID_VALUE, fds)
         set_field(self, "pass_fds", tuple(sorted(set(fds))))
-        progs = as_tuple(self.seccomp, "seccomp")
-        for prog in progs:
-            if not isinstance(prog, (bytes, bytearray)) or not prog or len(prog) % 8 or len(prog) > 8 * 4096:
-                raise PolicyError("a seccomp program is classic BPF: a non-empty multiple of 8 bytes, "
-                                  "at most 4096 instructions", Reason.INVALID_VALUE, prog)
-        set_field(self, "seccomp", tuple(bytes(p) for p in progs))
+        set_field(self, "seccomp", caller_programs(self.seccomp))
         self._check_block_fds(fds)
         if self.limits is not None and not isinstance(self.limits, Limits):
             raise PolicyError("limits must be a Limits", Reason.INVALID_VALUE, self.limits, field="limits")

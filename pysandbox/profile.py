@@ -19,6 +19,8 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     keep_authority_sockets = false
     strict_unix = false
     allow_io_uring = false                         # needs network = "allow"
+    allow_syscalls = ["userfaultfd"]               # of perf_event_open, bpf, userfaultfd
+                                                   # (refused by default), those allowed
     hostname = "sandbox"
     uid = 1000                                     # ids inside the sandbox
     gid = 1000
@@ -76,6 +78,7 @@ _TOP = {
     "gid": "an integer", "caps_keep": "a list of capability names", "env": "a table", "run": "a table",
     "limits": "a table",
     "allow_hosts": "a list of host names (HOST[:PORT])",
+    "allow_syscalls": "a list of system call names",
 }
 _ENV = {"clear": "true or false", "keep": "a list of names", "unset": "a list of names",
         "set": "a table of name = \"value\""}
@@ -159,6 +162,8 @@ class Profile:
                 kw[key] = self.values[key]
         if "caps_keep" in self.values:
             kw["caps_keep"] = frozenset(self.values["caps_keep"])
+        if "allow_syscalls" in self.values:
+            kw["allow_syscalls"] = tuple(self.values["allow_syscalls"])
         if "share_session" in self.values:
             kw["new_session"] = not self.values["share_session"]
         env = {k[4:]: v for k, v in self.values.items() if k.startswith("env.")}

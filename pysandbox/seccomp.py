@@ -1,13 +1,5 @@
-"""A small, audited classic-BPF builder for seccomp filters, and pysandbox's built-in filters.
-
-Why a builder and not libseccomp: the filters pysandbox needs are two short
-programs (under a hundred instructions) whose every instruction is written out below and checked by tests.
-libseccomp would add a C library dependency to both backends (the native executor
-only loads finished programs; bwrap only reads them from a descriptor), and its
-generated programs are harder to audit for the details that matter here: the arch
-check (x32, i386) and the 32-bit masked compare of the ioctl request and of the
-socket family. Caller-supplied classic BPF (for instance produced by libseccomp's
-``seccomp_export_bpf``) passes through unchanged.
+"""pysandbox's built-in seccomp filters, assembled with the classic-BPF builder of
+:mod:`pysandbox.bpf` (which says why a builder and not libseccomp).
 
 The filters, applied after ``PR_SET_NO_NEW_PRIVS``, evaluated by the kernel on
 every system call of the command and of all its descendants:
@@ -36,6 +28,27 @@ every system call of the command and of all its descendants:
       ``allow_io_uring`` is refused with ``strict_unix`` and with a network mode that
       makes a namespace (deny, proxy), since there the socket refusals matter
       (policy.py: ``conflicting_options``).
+    - Kernel surface a command does not need (unless named in
+      ``Policy(allow_syscalls=...)``): ``perf_event_open``, ``bpf`` and ``userfaultfd``
+      fail with EPERM, as in Docker's default profile (for a container without
+      CAP_PERFMON, CAP_BPF or CAP_SYS_ADMIN; Codex's filter refuses with EPERM too, but
+      not these). None is confined by a namespace: each reaches a large kernel subsystem that local privilege escalations
+      keep coming from (perf events, the BPF verifier and maps), or, for ``userfaultfd``,
+      the page-fault stalls that turn kernel races into exploits; ``perf_event_open``
+      also measures the machine's other processes and caches (side channels). The host's
+      sysctls (``kernel.perf_event_paranoid``, ``kernel.unprivileged_bpf_disabled``,
+      ``vm.unprivileged_userfaultfd``) decide what they allow the caller; the sandbox
+      does not lean on them. Profilers (``perf``), BPF tools (``bpftrace``, socket
+      filters loaded with ``SO_ATTACH_BPF``) and userfaultfd users (CRIU, live
+      migration, some garbage collectors) need the opt-in. EPERM, not ENOSYS: the three
+      exist on every kernel a sandbox runs on, and EPERM is what each answers when a
+      sysctl or a capability forbids it, which the tools already report clearly.
+      ``/dev/userfaultfd`` (Linux 5.11) makes the same descriptor without the system
+      call, through ``ioctl(fd, USERFAULTFD_IOC_NEW)``: the device is not in the minimal
+      ``/dev`` (and the read-only ``/`` is ``nodev``), and that ioctl (``_IO(0xAA, 0)``,
+      the low 32 bits compared as for TIOCSTI) fails with EPERM too unless
+      ``userfaultfd`` is allowed, so a policy that binds the device with ``dev=True``
+      (pybwrap's ``--dev-bind /dev /dev``) does not reopen it.
     - Socket families that no network namespace confines (network deny and proxy
       only): ``socket`` and ``socketpair`` with one of :data:`GLOBAL_FAMILIES` fail
       with EAFNOSUPPORT, the kernel's own answer for a family it does not offer.
@@ -98,25 +111,18 @@ built-in refuses; where both refuse with an errno, the built-in's errno is seen.
 
 Raises in this module are :class:`CapabilityUnavailable` with reason
 ``seccomp_unavailable`` (unsupported host architecture) and :class:`PolicyError`
-(malformed program).
+(an unknown network mode or opt-in name, a malformed program).
 """
 
 from __future__ import annotations
 
 import errno as _errno
 import os
-import struct
 
+from .bpf import (BPF_JA, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K,  # noqa: F401
+                  MAX_INSNS, Program, disassemble, validate)
+from .checks import as_tuple
 from .errors import CapabilityUnavailable, PolicyError, Reason
-
-# <linux/filter.h>, <linux/bpf_common.h>
-BPF_LD_W_ABS = 0x20     # BPF_LD | BPF_W | BPF_ABS: A = seccomp_data[k]
-BPF_JEQ_K = 0x15        # BPF_JMP | BPF_JEQ | BPF_K
-BPF_JGE_K = 0x35        # BPF_JMP | BPF_JGE | BPF_K
-BPF_JSET_K = 0x45       # BPF_JMP | BPF_JSET | BPF_K: jump if A & k
-BPF_JA = 0x05           # BPF_JMP | BPF_JA
-BPF_RET_K = 0x06        # BPF_RET | BPF_K
-MAX_INSNS = 4096        # BPF_MAXINSNS
 
 # <linux/seccomp.h>
 RET_KILL_PROCESS = 0x80000000
@@ -143,11 +149,13 @@ NR = {
     "x86_64": {"ioctl": 16, "socket": 41, "socketpair": 53, "add_key": 248, "request_key": 249,
                "keyctl": 250, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
                "chmod": 90, "fchmod": 91, "creat": 85, "mknod": 133, "fchmodat": 268, "fchmodat2": 452,
-               "mknodat": 259, "open": 2, "openat": 257, "openat2": 437},
+               "mknodat": 259, "open": 2, "openat": 257, "openat2": 437, "perf_event_open": 298, "bpf": 321,
+               "userfaultfd": 323},
     "i386": {"ioctl": 54, "socket": 359, "socketpair": 360, "socketcall": 102, "add_key": 286,
              "request_key": 287, "keyctl": 288, "io_uring_setup": 425, "io_uring_enter": 426,
              "io_uring_register": 427, "chmod": 15, "fchmod": 94, "creat": 8, "mknod": 14, "fchmodat": 306,
-             "fchmodat2": 452, "mknodat": 297, "open": 5, "openat": 295, "openat2": 437},
+             "fchmodat2": 452, "mknodat": 297, "open": 5, "openat": 295, "openat2": 437, "perf_event_open": 336,
+             "bpf": 357, "userfaultfd": 374},
 }
 # Calls that set a file's mode, by the argument that holds it (set-id bits refused).
 MODE_CALLS = {1: ("chmod", "fchmod", "creat", "mknod"), 2: ("fchmodat", "fchmodat2", "mknodat")}
@@ -158,6 +166,8 @@ O_CREAT, O_TMPFILE_BIT = 0o100, 0o20000000   # the mode only counts with one of 
 SETID_ERRNO = _errno.EPERM
 KEYRING_CALLS = ("keyctl", "add_key", "request_key")
 IO_URING_CALLS = ("io_uring_setup", "io_uring_enter", "io_uring_register")
+# Refused unless the policy names them (Policy.allow_syscalls): the only calls it can name.
+OPT_IN_CALLS = ("perf_event_open", "bpf", "userfaultfd")
 SYS_SOCKET = 1          # socketcall(2) call numbers
 SYS_SOCKETPAIR = 8
 AF_UNIX = 1
@@ -174,85 +184,12 @@ GLOBAL_FAMILIES = (AF_VSOCK, AF_QIPCRTR, AF_BLUETOOTH, AF_NFC, AF_CAIF, AF_IUCV,
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 DENIED_IOCTLS = (TIOCSTI, TIOCLINUX)
+USERFAULTFD_IOC_NEW = 0xAA00    # <linux/userfaultfd.h> _IO(0xAA, 0x00), on /dev/userfaultfd
 KEYRING_ERRNO = _errno.EPERM
 IO_URING_ERRNO = _errno.ENOSYS
+OPT_IN_ERRNO = _errno.EPERM
 FAMILY_ERRNO = _errno.EAFNOSUPPORT
 SUPPORTED_MACHINES = ("x86_64",)
-
-
-def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
-    return struct.pack("<HBBI", code, jt, jf, k & 0xFFFFFFFF)
-
-
-class Program:
-    """A classic BPF program with forward jumps to named labels.
-
-    ``jeq(k, true, false)``: the branches are labels or None (the next instruction).
-    ``assemble()`` resolves labels and refuses backward or too-long jumps.
-
-    Raises:
-        ValueError: (``label``, ``assemble``) a label defined twice, an undefined
-            label, a backward jump or one longer than 255 instructions.
-        PolicyError: (``assemble``) the assembled program fails :func:`validate`.
-    """
-
-    def __init__(self):
-        self._insns: list = []     # (code, jt, jf, k)
-        self._labels: dict = {}
-
-    def label(self, name: str) -> "Program":
-        if name in self._labels:
-            raise ValueError(f"label {name!r} defined twice")
-        self._labels[name] = len(self._insns)
-        return self
-
-    def load(self, offset: int) -> "Program":
-        self._insns.append((BPF_LD_W_ABS, None, None, offset))
-        return self
-
-    def jeq(self, k: int, true=None, false=None) -> "Program":
-        self._insns.append((BPF_JEQ_K, true, false, k))
-        return self
-
-    def jge(self, k: int, true=None, false=None) -> "Program":
-        self._insns.append((BPF_JGE_K, true, false, k))
-        return self
-
-    def jset(self, k: int, true=None, false=None) -> "Program":
-        self._insns.append((BPF_JSET_K, true, false, k))
-        return self
-
-    def ja(self, target) -> "Program":
-        self._insns.append((BPF_JA, target, None, 0))
-        return self
-
-    def ret(self, k: int) -> "Program":
-        self._insns.append((BPF_RET_K, None, None, k))
-        return self
-
-    def assemble(self) -> bytes:
-        out = []
-        for pc, (code, jt, jf, k) in enumerate(self._insns):
-            if code in (BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K):
-                jt, jf = self._offset(pc, jt), self._offset(pc, jf)
-            elif code == BPF_JA:
-                k, jt, jf = self._offset(pc, jt, limit=2**31 - 1), 0, 0
-            else:
-                jt = jf = 0
-            out.append(_insn(code, jt, jf, k))
-        program = b"".join(out)
-        validate(program)
-        return program
-
-    def _offset(self, pc: int, target, limit: int = 255) -> int:
-        if target is None:
-            return 0
-        if target not in self._labels:
-            raise ValueError(f"undefined label {target!r}")
-        delta = self._labels[target] - pc - 1
-        if not 0 <= delta <= limit:
-            raise ValueError(f"jump from {pc} to {target!r} is backward or longer than {limit}")
-        return delta
 
 
 def errno_action(err: int) -> int:
@@ -284,20 +221,62 @@ def _arch_dispatch(prog: Program) -> Program:
             .jge(X32_SYSCALL_BIT, "x32"))
 
 
-def default_filter(network: str = "deny", allow_io_uring: bool = False, machine: str | None = None) -> bytes:
+def opt_in_calls(names) -> frozenset:
+    """``names`` as a frozenset, each one of :data:`OPT_IN_CALLS` (``Policy.allow_syscalls``).
+
+    Raises:
+        PolicyError: ``invalid_value`` for a string (not a collection of names) or a name
+            outside :data:`OPT_IN_CALLS`, naming the field ``allow_syscalls``.
+    """
+    if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+        raise PolicyError(f"allow_syscalls must be a collection of system call names, not {names!r}",
+                          Reason.INVALID_VALUE, names, field="allow_syscalls")
+    names = tuple(names)
+    for name in names:
+        if name not in OPT_IN_CALLS:
+            hint = (" (io_uring has its own switch, allow_io_uring)" if isinstance(name, str)
+                    and name.startswith("io_uring") else "")
+            raise PolicyError(f"allow_syscalls: {name!r} cannot be allowed: only {', '.join(OPT_IN_CALLS)} are "
+                              f"refused by default and may be opted in{hint}; the other refusals of the "
+                              "built-in filter (keyrings, TIOCSTI, set-id modes, ...) always hold",
+                              Reason.INVALID_VALUE, name, field="allow_syscalls")
+    return frozenset(names)
+
+
+def caller_programs(programs) -> tuple[bytes, ...]:
+    """``Policy.seccomp``: the caller's programs as bytes, each a non-empty multiple of 8
+    bytes of at most :data:`MAX_INSNS` instructions (the kernel checks the rest when it
+    loads them, as bwrap leaves it to: pybwrap reports its EINVAL).
+
+    Raises:
+        PolicyError: ``invalid_value`` for anything else.
+    """
+    progs = as_tuple(programs, "seccomp")
+    for prog in progs:
+        if not isinstance(prog, (bytes, bytearray)) or not prog or len(prog) % 8 or len(prog) > 8 * MAX_INSNS:
+            raise PolicyError("a seccomp program is classic BPF: a non-empty multiple of 8 bytes, "
+                              f"at most {MAX_INSNS} instructions", Reason.INVALID_VALUE, prog)
+    return tuple(bytes(p) for p in progs)
+
+
+def default_filter(network: str = "deny", allow_io_uring: bool = False, machine: str | None = None, *,
+                   allow_syscalls=frozenset()) -> bytes:
     """The filter every sandbox loads (module docstring): ioctl TIOCSTI/TIOCLINUX, the
     keyring calls and a set-id mode fail with EPERM (openat2 with ENOSYS); io_uring fails with ENOSYS unless ``allow_io_uring``;
+    :data:`OPT_IN_CALLS` fail with EPERM except those in ``allow_syscalls``;
     with ``network`` deny or proxy, socket/socketpair of :data:`GLOBAL_FAMILIES` fail with
     EAFNOSUPPORT and i386 socketcall(SYS_SOCKET|SYS_SOCKETPAIR) with EPERM; x32 fails with
     ENOSYS; other architectures are killed.
 
     Raises:
         CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
-        PolicyError: ``invalid_value`` for an unknown network mode.
+        PolicyError: ``invalid_value`` for an unknown network mode or a name in
+            ``allow_syscalls`` outside :data:`OPT_IN_CALLS`.
     """
     check_machine(machine)
     if network not in ("deny", "allow", "proxy"):
         raise PolicyError(f"unknown network mode {network!r}", Reason.INVALID_VALUE, network)
+    refused = [call for call in OPT_IN_CALLS if call not in opt_in_calls(allow_syscalls)]
     families = network != "allow"
     prog = _arch_dispatch(Program())
     for abi in ("x86_64", "i386"):
@@ -316,6 +295,8 @@ def default_filter(network: str = "deny", allow_io_uring: bool = False, machine:
         if not allow_io_uring:
             for call in IO_URING_CALLS:
                 prog.jeq(nr[call], "io_uring")
+        for call in refused:
+            prog.jeq(nr[call], "opt_in")
         if families:
             prog.jeq(nr["socket"], "family").jeq(nr["socketpair"], "family")
             if abi == "i386":
@@ -335,12 +316,16 @@ def default_filter(network: str = "deny", allow_io_uring: bool = False, machine:
     prog.label("ioctl").load(off_arg_low(1))               # the request: low 32 bits only
     for request in DENIED_IOCTLS:
         prog.jeq(request, "eperm")
+    if "userfaultfd" in refused:                           # the device's way to the same descriptor
+        prog.jeq(USERFAULTFD_IOC_NEW, "opt_in")
     prog.label("allow").ret(RET_ALLOW)
     prog.label("setid").ret(errno_action(SETID_ERRNO))
     prog.label("keyring").ret(errno_action(KEYRING_ERRNO))
     prog.label("eperm").ret(errno_action(_errno.EPERM))
     if not allow_io_uring:
         prog.label("io_uring").ret(errno_action(IO_URING_ERRNO))
+    if refused:
+        prog.label("opt_in").ret(errno_action(OPT_IN_ERRNO))
     if families:
         prog.label("eafnosupport").ret(errno_action(FAMILY_ERRNO))
     prog.label("x32").label("enosys").ret(errno_action(_errno.ENOSYS))
@@ -368,50 +353,34 @@ def strict_unix_filter(machine: str | None = None) -> bytes:
     return prog.assemble()
 
 
-def validate(program: bytes) -> bytes:
-    """Check the shape of a classic BPF program: whole instructions, at most 4096, every
-    jump forward and inside the program, ending in a return. The kernel checks the
-    rest (opcodes, seccomp_data bounds) when it is loaded.
-
-    Raises:
-        PolicyError: ``invalid_value`` for a malformed program.
-    """
-    if not isinstance(program, (bytes, bytearray)) or not program or len(program) % 8:
-        raise PolicyError("a seccomp program is classic BPF: a non-empty multiple of 8 bytes",
-                          Reason.INVALID_VALUE, program)
-    count = len(program) // 8
-    if count > MAX_INSNS:
-        raise PolicyError(f"a seccomp program has at most {MAX_INSNS} instructions",
-                          Reason.INVALID_VALUE, count)
-    for pc in range(count):
-        code, jt, jf, k = struct.unpack_from("<HBBI", program, pc * 8)
-        if code & 0x07 == 0x05:   # BPF_JMP
-            targets = (pc + 1 + k,) if code == BPF_JA else (pc + 1 + jt, pc + 1 + jf)
-            if any(t >= count for t in targets):
-                raise PolicyError(f"seccomp instruction {pc} jumps outside the program",
-                                  Reason.INVALID_VALUE, pc)
-    last = struct.unpack_from("<H", program, (count - 1) * 8)[0]
-    if last & 0x07 != 0x06:       # BPF_RET
-        raise PolicyError("a seccomp program must end with a return", Reason.INVALID_VALUE, last)
-    return bytes(program)
-
-
-def disassemble(program: bytes) -> list[tuple[int, int, int, int]]:
-    """The instructions as (code, jt, jf, k) tuples, for tests and audits."""
-    return [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+def coverage(policy) -> dict:
+    """What the built-in filters refuse whole for ``policy`` (``pysandbox status``):
+    ``refused`` maps each system call to the errno name it fails with (the ioctl, socket
+    and mode rules, which look at arguments, are not listed); ``allowed`` names the calls
+    refused by default that the policy lets through (``allow_io_uring``,
+    ``allow_syscalls``); ``opt_in`` the names ``allow_syscalls`` may hold."""
+    uring = bool(getattr(policy, "allow_io_uring", False))
+    allowed = sorted(getattr(policy, "allow_syscalls", ()))
+    refused = dict.fromkeys(KEYRING_CALLS, _errno.errorcode[KEYRING_ERRNO])
+    refused.update(dict.fromkeys((c for c in OPT_IN_CALLS if c not in allowed), _errno.errorcode[OPT_IN_ERRNO]))
+    if not uring:
+        refused.update(dict.fromkeys(IO_URING_CALLS, _errno.errorcode[IO_URING_ERRNO]))
+    refused["openat2"] = _errno.errorcode[_errno.ENOSYS]
+    return {"refused": refused, "allowed": (list(IO_URING_CALLS) if uring else []) + allowed,
+            "opt_in": list(OPT_IN_CALLS)}
 
 
 def builtin_filters(strict_unix: bool = False, network: str = "deny", allow_io_uring: bool = False,
-                    machine: str | None = None) -> tuple[bytes, ...]:
+                    machine: str | None = None, *, allow_syscalls=frozenset()) -> tuple[bytes, ...]:
     """The programs pysandbox loads for a policy: :func:`default_filter` always (its socket
-    family rules follow ``network``, its io_uring rule ``allow_io_uring``), strict-unix
-    when asked.
+    family rules follow ``network``, its io_uring rule ``allow_io_uring``, its
+    :data:`OPT_IN_CALLS` rule ``allow_syscalls``), strict-unix when asked.
 
     Raises:
         CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
-        PolicyError: ``invalid_value`` for an unknown network mode.
+        PolicyError: ``invalid_value`` for an unknown network mode or system call name.
     """
-    progs = [default_filter(network, allow_io_uring, machine)]
+    progs = [default_filter(network, allow_io_uring, machine, allow_syscalls=allow_syscalls)]
     if strict_unix:
         progs.append(strict_unix_filter(machine))
     return tuple(progs)

@@ -46,6 +46,8 @@ class Status:
     # resource limits (enforcement.host_limits): per limit, whether this launcher can
     # enforce it here, by what, or the reason it cannot
     limits: dict = field(default_factory=dict)
+    # the built-in seccomp filter (seccomp.coverage): calls refused whole, and the opt-ins taken
+    seccomp: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Plain data for JSON."""
@@ -81,7 +83,7 @@ def status(policy=None, *, backend: str = "auto") -> Status:
     else:
         chosen = backend
     picked = backends[chosen]
-    from . import authority, probe
+    from . import authority, probe, seccomp
     from .enforcement import host_limits
     host = probe.host_capabilities()
     limits = host_limits()
@@ -93,7 +95,7 @@ def status(policy=None, *, backend: str = "auto") -> Status:
     result = Status(available, chosen, reason, detail, backends,
                     dict(picked.network), policy.network.mode,
                     host={"userns": host.userns, "netns": host.netns, **host.detail},
-                    authority=authority.coverage(policy), limits=limits)
+                    authority=authority.coverage(policy), limits=limits, seccomp=seccomp.coverage(policy))
     with _lock:
         _cache[key] = result
     return result

@@ -30,6 +30,8 @@ def format_status(st) -> str:
         lines.extend(authority_lines(st.authority))
     if st.limits:
         lines.extend(limit_lines(st.limits))
+    if st.seccomp:
+        lines.extend(seccomp_lines(st.seccomp))
     for name, bs in st.backends.items():
         head = "ok" if bs.available else f"no   {bs.reason}"
         extra = ", ".join(f"{k} {v}" for k, v in sorted(bs.info.items()) if v not in (None, ""))
@@ -64,3 +66,16 @@ def limit_lines(limits: dict) -> list[str]:
         else:
             lines.append(f"  {kind:<12} no   {got['reason']}  {got['detail']}")
     return lines
+
+
+def seccomp_lines(cov: dict) -> list[str]:
+    """``status``'s built-in seccomp filter (seccomp.coverage): the calls refused whole, by
+    errno, and the opt-ins the policy takes."""
+    by_errno: dict = {}
+    for call, err in cov.get("refused", {}).items():
+        by_errno.setdefault(err, []).append(call)
+    refused = "; ".join(f"{', '.join(calls)} ({err})" for err, calls in by_errno.items())
+    allowed = ", ".join(cov.get("allowed") or ()) or "none"
+    return [f"seccomp: refused {refused}",
+            f"  allowed by the policy: {allowed} (opt-in: --allow-syscall {'|'.join(cov.get('opt_in', ()))}, "
+            "--allow-io-uring)"]

@@ -51,6 +51,8 @@ CAPS = (frozenset(), frozenset({"net_bind_service"}), frozenset({"kill", "chown"
         frozenset({"sys_admin"}))
 IDS = (None, 0, 1000, 4242)
 LIMITS = (None, None, Limits(file_size="8M", open_files=512), Limits(cpu_time=300))
+# seccomp opt-ins (Policy.allow_syscalls): none (the default, twice as likely), one, all
+ALLOW_SYSCALLS = (frozenset(), frozenset(), frozenset({"bpf"}), frozenset({"perf_event_open", "bpf", "userfaultfd"}))
 
 
 @dataclass
@@ -379,6 +381,7 @@ def policies(draw, world, max_ops: int = 8):
         strict_unix=strict_unix,
         # io_uring only where no socket filter depends on its absence (policy.py)
         allow_io_uring=draw(st.booleans()) if network == "allow" and not strict_unix else False,
+        allow_syscalls=draw(st.sampled_from(ALLOW_SYSCALLS)),
         # rlimits only: a cgroup's limits need a delegated controller, unlike the rest here
         # (the corpus has both); every generated policy shows a procfs, so bwrap's init runs
         limits=draw(st.sampled_from(LIMITS)),

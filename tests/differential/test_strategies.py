@@ -116,18 +116,30 @@ def _bwrap_compat():
     return lambda argv: to_policy(check(parse(argv, close_fd=lambda fd: None)))[0]
 
 
+def _default_filters() -> dict:
+    """Every default filter -> (allow_io_uring, allow_syscalls) it stands for (one program
+    per network mode, io_uring switch and subset of the opt-in calls)."""
+    from itertools import combinations
+
+    from pysandbox import seccomp
+    calls = seccomp.OPT_IN_CALLS
+    subsets = [frozenset(c) for n in range(len(calls) + 1) for c in combinations(calls, n)]
+    return {seccomp.default_filter(mode, uring, allow_syscalls=allowed): (uring, allowed)
+            for mode in ("deny", "allow", "proxy") for uring in (False, True) for allowed in subsets}
+
+
 def _without_builtin_filters(policy):
     """The renderer emits the plan's seccomp programs, the built-in ones (and the
     strict-unix one, which stands for ``strict_unix=True``) included; parsed back they
     are user programs. Give them back their policy-level meaning (the default filter
-    exists per network mode and io_uring switch)."""
+    exists per network mode, io_uring switch and opt-in calls)."""
     from pysandbox import seccomp
-    base = {seccomp.default_filter(mode, uring) for mode in ("deny", "allow", "proxy") for uring in (False, True)}
-    uring = {seccomp.default_filter(mode, True) for mode in ("deny", "allow", "proxy")}
+    base = _default_filters()
     strict = {seccomp.strict_unix_filter()}
-    progs = tuple(p for p in policy.seccomp if p not in base | strict)
+    progs = tuple(p for p in policy.seccomp if p not in base.keys() | strict)
+    uring, allowed = next((base[p] for p in policy.seccomp if p in base), (False, frozenset()))
     return policy.replace(seccomp=progs, strict_unix=any(p in strict for p in policy.seccomp),
-                          allow_io_uring=any(p in uring for p in policy.seccomp))
+                          allow_io_uring=uring, allow_syscalls=allowed)
 
 
 def test_round_trip_through_bwrap_argv(world):

@@ -42,6 +42,7 @@ TABLE = [
     (["--keep-env", "A=B"], 2, "invalid_value", "environment name", ["--keep-env", "PATH"]),
     (["--keep-env", "PATH", "--clearenv"], 2, "conflicting_options", "keep", None),
     (["--allow-io-uring"], 2, "conflicting_options", "allow_io_uring", ["--allow-io-uring", "--network", "allow"]),
+    (["--allow-syscall", "ptrace"], 2, "invalid_value", "--allow-syscall ptrace", ["--allow-syscall", "userfaultfd"]),
     (["--pass-fd", "2"], 2, "", "--pass-fd", None),
     (["--timeout", "0"], 2, "", "--timeout", ["--timeout", "60"]),
     (["--network", "proxy", "--allow-host", "bad host"], 2, "", "--allow-host",

@@ -241,6 +241,25 @@ def io_uring_probe():
     return {"setup": 0 if fd >= 0 else fd, "enter": _sys(426, -1, 0, 0, 0, ctypes.c_void_p(None), 0),
             "register": _sys(427, -1, 0, ctypes.c_void_p(None), 0)}
 
+PAGE, UFFD_USER_MODE_ONLY = 4096, 1
+
+def opt_in_probe():
+    """Calls the kernel answers with its own errno before any permission or sysctl check,
+    so a result other than -EPERM shows the call reached the kernel: perf_event_open with
+    an attr whose size field is 1 (-E2BIG, perf_copy_attr), bpf with a size over a page
+    (-E2BIG, bpf_check_uarg_tail_zero); and userfaultfd(UFFD_USER_MODE_ONLY) (0: a
+    descriptor, closed at once; what it answers is the host's vm.unprivileged_userfaultfd)."""
+    attr = ctypes.create_string_buffer(128)
+    attr[4] = 1
+    out = {"perf_event_open": _sys(298, attr, 0, -1, -1, 0),
+           "bpf": _sys(321, 0, ctypes.create_string_buffer(2 * PAGE), PAGE + 1),
+           "userfaultfd": _sys(323, UFFD_USER_MODE_ONLY | os.O_CLOEXEC)}
+    for name, ret in out.items():
+        if ret >= 0:
+            os.close(ret)
+            out[name] = 0
+    return out
+
 FAMILIES = {"vsock": (40, socket.SOCK_STREAM), "qipcrtr": (42, socket.SOCK_DGRAM),
             "bluetooth": (31, socket.SOCK_STREAM), "nfc": (39, socket.SOCK_SEQPACKET),
             "caif": (37, socket.SOCK_SEQPACKET), "ieee802154": (36, socket.SOCK_DGRAM),
@@ -266,11 +285,32 @@ def family_probe():
         out["socketpair_vsock"] = exc.errno
     return out
 '''
+# The program argv[1] names: does it open (0 or the errno), and does its
+# ioctl(USERFAULTFD_IOC_NEW) make a userfaultfd (0 or the errno); is /dev/userfaultfd there,
+# and what /dev holds. Run as a script (python -c SOURCE PATH), inside or outside a sandbox.
+USERFAULTFD_DEVICE_SOURCE = r'''
+import fcntl, json, os, sys
+USERFAULTFD_IOC_NEW, UFFD_USER_MODE_ONLY = 0xAA00, 1
+out = {"in_dev": os.path.lexists("/dev/userfaultfd"), "dev": sorted(os.listdir("/dev"))}
+try:
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CLOEXEC)
+except OSError as exc:
+    out["open"] = exc.errno
+else:
+    out["open"] = 0
+    try:
+        os.close(fcntl.ioctl(fd, USERFAULTFD_IOC_NEW, UFFD_USER_MODE_ONLY | os.O_CLOEXEC))
+        out["ioc_new"] = 0
+    except OSError as exc:
+        out["ioc_new"] = exc.errno
+print(json.dumps(out))
+'''
 _ns: dict = {}
 exec(compile(KERNEL_SURFACE_SOURCE, "<kernel_surface>", "exec"), _ns)
 keyring_probe = _ns["keyring_probe"]
 io_uring_probe = _ns["io_uring_probe"]
 family_probe = _ns["family_probe"]
+opt_in_probe = _ns["opt_in_probe"]
 
 # x86-64 machine code: int f(int nr, int ebx, int ecx, int edx): one i386 system call
 # through int 0x80; the raw result (-errno on failure).
@@ -300,3 +340,23 @@ def int80_surface_probe():
             "socket_vsock": norm(fn(359, 40, 1, 0)),
             "socketcall_socket": norm(fn(102, 1, page + 2048, 0)),
             "socketcall_socketpair": norm(fn(102, 8, page + 2048, 0), is_fd=False)}
+
+
+def int80_opt_in_probe():
+    """The calls of ``opt_in_probe`` through the i386 entry (perf_event_open 336, bpf 357,
+    userfaultfd 374); each 0 (a descriptor, closed) or the errno. perf_event_open's
+    group_fd and flags are what the stub leaves in esi and edi (its flags, 336, are
+    invalid: EINVAL when the call reaches the kernel)."""
+    page = _low_mapping()
+    ctypes.memmove(page, _INT80_CALL, len(_INT80_CALL))
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint)(page)
+    ctypes.memmove(page + 2048, struct.pack("<II", 0, 1), 8)     # perf_event_attr: type 0, size 1
+
+    def norm(ret):
+        if ret < 0:
+            return -ret
+        os.close(ret)
+        return 0
+    return {"perf_event_open": norm(fn(336, page + 2048, 0, 0xFFFFFFFF)),
+            "bpf": norm(fn(357, 0, page + 2048, 4097)),
+            "userfaultfd": norm(fn(374, 1 | os.O_CLOEXEC, 0, 0))}

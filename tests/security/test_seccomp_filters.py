@@ -12,7 +12,7 @@ import struct
 import pytest
 
 import pysandbox
-from pysandbox import plan, seccomp
+from pysandbox import bpf, plan, seccomp
 from tests.security import bpf_harness as h
 from tests.support import need, not_applicable
 
@@ -124,8 +124,8 @@ def test_programs_start_with_the_arch_check_and_kill_unknown_arches():
 
 
 @pytest.mark.parametrize("bad", [b"", b"\x06\x00\x00\x00\x00\x00\xff\x7f\x00",
-                                 seccomp._insn(seccomp.BPF_JEQ_K, 5, 0, 1) + seccomp._insn(seccomp.BPF_RET_K, 0, 0, 0),
-                                 seccomp._insn(seccomp.BPF_LD_W_ABS, 0, 0, 0)])
+                                 bpf.insn(seccomp.BPF_JEQ_K, 5, 0, 1) + bpf.insn(seccomp.BPF_RET_K, 0, 0, 0),
+                                 bpf.insn(seccomp.BPF_LD_W_ABS, 0, 0, 0)])
 def test_validate_rejects_malformed(bad):
     with pytest.raises(pysandbox.PolicyError) as info:
         seccomp.validate(bad)
@@ -137,7 +137,7 @@ def _ops(policy):
 
 
 def test_plan_always_carries_the_default_filter_and_strict_only_when_asked():
-    caller = seccomp._insn(seccomp.BPF_RET_K, 0, 0, seccomp.RET_ALLOW)
+    caller = bpf.insn(seccomp.BPF_RET_K, 0, 0, seccomp.RET_ALLOW)
     shared = pysandbox.Policy.default(new_session=False, network="allow")
     assert _ops(shared) == [seccomp.default_filter("allow")]
     strict = pysandbox.Policy.default(strict_unix=True, seccomp=(caller,))
@@ -208,3 +208,46 @@ def test_int80_keyring_io_uring_and_families_refused():
     # network allow with io_uring allowed: only the keyring stays refused
     assert h.in_child([seccomp.default_filter("allow", True)], h.int80_surface_probe) == {
         **control, "keyctl": errno.EPERM}
+
+
+# ---------------------------------------------------------------- perf_event_open, bpf, userfaultfd
+
+def _require_opt_in_control(probe, refused):
+    """The probe unfiltered: every call reaches the kernel (an answer that is not the
+    filter's); userfaultfd only where the host lets this caller make one."""
+    control = h.in_child([], probe)
+    assert refused not in (control["perf_event_open"], control["bpf"]), control
+    if control["userfaultfd"] != 0:
+        not_applicable(f"userfaultfd(UFFD_USER_MODE_ONLY) fails on this host even unfiltered ({control}): "
+                       "vm.unprivileged_userfaultfd or the kernel refuses it")
+    return control
+
+
+def test_perf_bpf_userfaultfd_refused_with_eperm_unless_allowed():
+    control = _require_opt_in_control(h.opt_in_probe, -errno.EPERM)
+    assert control["perf_event_open"] == control["bpf"] == -errno.E2BIG    # the kernel's own answer
+    for mode in ("deny", "allow", "proxy"):
+        assert h.in_child([seccomp.default_filter(mode)], h.opt_in_probe) == dict.fromkeys(control, -errno.EPERM)
+    # each opt-in lets exactly its call through
+    for name in seccomp.OPT_IN_CALLS:
+        got = h.in_child([seccomp.default_filter(allow_syscalls={name})], h.opt_in_probe)
+        assert got == {k: (v if k == name else -errno.EPERM) for k, v in control.items()}, name
+    assert h.in_child([seccomp.default_filter(allow_syscalls=seccomp.OPT_IN_CALLS)], h.opt_in_probe) == control
+
+
+def test_int80_perf_bpf_userfaultfd_refused_unless_allowed():
+    if h.in_child([], h.int80_getpid) <= 0:
+        not_applicable("the kernel has no i386 entry (IA32 emulation off)")
+    control = _require_opt_in_control(h.int80_opt_in_probe, errno.EPERM)
+    assert h.in_child([seccomp.default_filter()], h.int80_opt_in_probe) == dict.fromkeys(control, errno.EPERM)
+    assert h.in_child([seccomp.default_filter(allow_syscalls={"bpf"})], h.int80_opt_in_probe) == {
+        **dict.fromkeys(control, errno.EPERM), "bpf": control["bpf"]}
+    assert h.in_child([seccomp.default_filter(allow_syscalls=seccomp.OPT_IN_CALLS)], h.int80_opt_in_probe) == control
+
+
+def test_plan_carries_the_opt_ins_to_the_default_filter():
+    policy = pysandbox.Policy.default(allow_syscalls=("userfaultfd", "bpf"))
+    assert policy.allow_syscalls == frozenset({"userfaultfd", "bpf"})
+    assert _ops(policy) == [seccomp.default_filter("deny", allow_syscalls={"bpf", "userfaultfd"})]
+    assert _ops(pysandbox.Policy.default()) == [seccomp.default_filter("deny")]
+    assert seccomp.default_filter(allow_syscalls={"bpf"}) != seccomp.default_filter()

@@ -170,6 +170,7 @@ _CASES = [
     ("seccomp-user-filter", lambda w: _default(w, seccomp=(ALLOW_ALL,))),
     ("strict-unix", lambda w: _default(w, strict_unix=True)),
     ("allow-io-uring", lambda w: _default(w, network="allow", allow_io_uring=True)),
+    ("allow-syscalls", lambda w: _default(w, allow_syscalls=frozenset({"perf_event_open", "userfaultfd"}))),
     ("keep-authority-sockets", lambda w: Policy.default(keep_authority_sockets=True)),
     # an absolute argv[0] next to the interpreter: CPython finds its prefix from argv[0]
     # (a bare name only works when the build-time prefix is /usr)

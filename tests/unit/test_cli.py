@@ -18,6 +18,8 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               "--keep-authority-sockets", "--strict-unix",
               # the io_uring opt-in, environment allow-list
               "--allow-io-uring", "--keep-env",
+              # perf_event_open/bpf/userfaultfd opt-in (README "Kernel surface")
+              "--allow-syscall",
               # a terminal of its own (README: Interactive shell)
               "--tty", "--no-tty",
               # TOML profiles (README "Profiles")
@@ -187,6 +189,30 @@ def test_keep_env_and_allow_io_uring_flags():
     assert cli._policy(parse("run", "--no-workdir", "--", "true")).allow_io_uring is False
     assert cli._policy(parse("run", "--no-workdir", "--network", "allow", "--allow-io-uring",
                              "--", "true")).allow_io_uring is True
+
+
+def test_allow_syscall_flag_is_repeatable_and_checked_by_the_policy():
+    assert cli._policy(parse("run", "--no-workdir", "--", "true")).allow_syscalls == frozenset()
+    policy = cli._policy(parse("run", "--no-workdir", "--allow-syscall", "bpf", "--allow-syscall", "userfaultfd",
+                               "--", "true"))
+    assert policy.allow_syscalls == frozenset({"bpf", "userfaultfd"})
+    with pytest.raises(cli_policy_error()) as info:
+        cli._policy(parse("run", "--no-workdir", "--allow-syscall", "ptrace", "--", "true"))
+    assert info.value.field == "allow_syscalls"
+    from pysandbox.cli_errors import describe
+    line = describe(info.value, parse("run", "--no-workdir", "--allow-syscall", "ptrace", "--", "true"))
+    assert line.startswith("invalid_value: --allow-syscall ptrace: "), line
+
+
+def test_status_text_names_the_seccomp_refusals():
+    from pysandbox import Policy, seccomp
+    lines = status_text.seccomp_lines(seccomp.coverage(Policy.default(allow_syscalls=("bpf",))))
+    assert "perf_event_open" in lines[0] and "userfaultfd" in lines[0] and "bpf" not in lines[0]
+    assert "(EPERM)" in lines[0] and "io_uring_setup" in lines[0]
+    assert "allowed by the policy: bpf" in lines[1]
+    default = seccomp.coverage(Policy.default())
+    assert {c: default["refused"][c] for c in seccomp.OPT_IN_CALLS} == dict.fromkeys(seccomp.OPT_IN_CALLS, "EPERM")
+    assert default["allowed"] == []
 
 
 def test_run_help_documents_the_environment_and_workdir_rules(capsys):

@@ -239,3 +239,17 @@ def test_allow_io_uring_only_where_no_socket_filter_depends_on_it():
         assert info.value.reason.value == "conflicting_options"
     with pytest.raises(PolicyError):
         Policy(allow_io_uring="yes", network="allow")
+
+
+def test_allow_syscalls_names_only_the_calls_refused_by_default():
+    assert Policy.default().allow_syscalls == frozenset()
+    p = Policy.default(allow_syscalls=["userfaultfd", "bpf", "bpf"])
+    assert p.allow_syscalls == frozenset({"userfaultfd", "bpf"})
+    assert Policy(allow_syscalls=("perf_event_open",)).allow_syscalls == frozenset({"perf_event_open"})
+    for bad in ("bpf", ["ptrace"], ["keyctl"], ["io_uring_setup"], [1], 1):
+        with pytest.raises(PolicyError) as info:
+            Policy.default(allow_syscalls=bad)
+        assert info.value.reason.value == "invalid_value" and info.value.field == "allow_syscalls", bad
+    with pytest.raises(PolicyError) as info:
+        Policy(allow_syscalls=["io_uring_enter"])
+    assert "allow_io_uring" in str(info.value)

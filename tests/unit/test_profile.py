@@ -44,6 +44,7 @@ def test_every_key_reaches_the_policy(tmp_path):
         share_session = true
         keep_authority_sockets = true
         allow_io_uring = true
+        allow_syscalls = ["userfaultfd", "perf_event_open"]
         hostname = "box"
         uid = 0
         gid = 0
@@ -66,6 +67,7 @@ def test_every_key_reaches_the_policy(tmp_path):
     assert Bind(str(tmp_path / "rw"), str(tmp_path / "rw")) in p.fs
     assert Hide(str(tmp_path / "ro" / "secret")) in p.fs and Tmpfs("/mnt") in p.fs
     assert p.new_session is False and p.keep_authority_sockets and p.allow_io_uring
+    assert p.allow_syscalls == frozenset({"userfaultfd", "perf_event_open"})
     assert (p.uid, p.gid, p.caps_keep, p.allow_nested_userns) == (0, 0, frozenset({"net_bind_service"}), True)
     assert p.env.keep == ("PATH",) and p.env.unset == ("X",) and p.env.set == (("A", "1"),)
     loaded = profile.load(path)
@@ -89,6 +91,8 @@ def test_every_key_reaches_the_policy(tmp_path):
     ('chdir = "/no/such/dir"\n', "chdir", 1, "no such directory"),
     ('env.keep = ["A=B"]\n', "env.keep", 1, "environment name"),
     ('tmpfs = ["/"]\n', "tmpfs", 1, "whole"),
+    ('\nallow_syscalls = ["ptrace"]\n', "allow_syscalls", 2, "cannot be allowed"),
+    ('allow_syscalls = "bpf"\n', "allow_syscalls", 1, "must be a list of system call names"),
 ])
 def test_errors_name_file_line_and_key(tmp_path, text, key, line, reason):
     path = write(tmp_path, text)

@@ -10,6 +10,7 @@ import struct
 
 import pytest
 
+from pysandbox import bpf
 from pysandbox import seccomp as S
 
 X86_64, I386 = S.AUDIT_ARCH_X86_64, S.AUDIT_ARCH_I386
@@ -103,6 +104,37 @@ def test_default_filter_decisions(mode, uring):
     assert run(prog, 0, AARCH64) == KILL
 
 
+@pytest.mark.parametrize("allowed", [(), ("bpf",), ("perf_event_open", "userfaultfd"), S.OPT_IN_CALLS])
+def test_opt_in_calls_refused_with_eperm_unless_allowed(allowed):
+    for mode in ("deny", "allow"):
+        prog = S.default_filter(mode, allow_syscalls=allowed)
+        for abi, arch, nr in (("x86_64", X86_64, NR64), ("i386", I386, NR32)):
+            for call in S.OPT_IN_CALLS:
+                want = ALLOW if call in allowed else err(errno.EPERM)
+                assert run(prog, nr[call], arch, (1, 0, 0)) == want, (mode, abi, call)
+            # /dev/userfaultfd's ioctl(USERFAULTFD_IOC_NEW) follows userfaultfd (low 32 bits)
+            want = ALLOW if "userfaultfd" in allowed else err(errno.EPERM)
+            for req in (S.USERFAULTFD_IOC_NEW, S.USERFAULTFD_IOC_NEW | HIGH):
+                assert run(prog, nr["ioctl"], arch, (3, req, 0)) == want, (mode, abi, hex(req))
+            assert run(prog, nr["ioctl"], arch, (3, 0xC018AA3F, 0)) == ALLOW   # UFFDIO_API, on a uffd
+            # the other refusals stay, whatever is allowed
+            assert run(prog, nr["keyctl"], arch) == err(errno.EPERM)
+            assert run(prog, nr["io_uring_setup"], arch) == err(errno.ENOSYS)
+        # through x32 every call is refused (ENOSYS), allowed or not
+        for call in S.OPT_IN_CALLS:
+            assert run(prog, S.X32_SYSCALL_BIT | NR64[call], X86_64) == err(errno.ENOSYS)
+    # each ABI has its own numbers: x86_64's 298, 321, 323 are i386 fchownat, signalfd, eventfd
+    for call in S.OPT_IN_CALLS:
+        assert run(S.default_filter(), NR64[call], I386) == ALLOW, call
+
+
+@pytest.mark.parametrize("bad", ["bpf", ["ptrace"], ["io_uring_setup"], [None], 5])
+def test_only_the_opt_in_calls_can_be_allowed(bad):
+    with pytest.raises(S.PolicyError) as info:
+        S.default_filter(allow_syscalls=bad)
+    assert info.value.reason == S.Reason.INVALID_VALUE and info.value.field == "allow_syscalls"
+
+
 def test_strict_unix_with_the_default_filter_most_restrictive_wins():
     progs = S.builtin_filters(strict_unix=True, network="allow")
     assert len(progs) == 2
@@ -116,10 +148,10 @@ def test_strict_unix_with_the_default_filter_most_restrictive_wins():
     assert most_restrictive([run(p, NR64["socket"], X86_64, (S.AF_VSOCK, 1, 0)) for p in deny]) == \
         err(errno.EAFNOSUPPORT)
     # a caller's ALLOW-everything program loaded first changes nothing
-    caller = S._insn(S.BPF_RET_K, 0, 0, ALLOW)
+    caller = bpf.insn(S.BPF_RET_K, 0, 0, ALLOW)
     assert most_restrictive([run(p, NR64["keyctl"], X86_64) for p in (caller, *deny)]) == err(errno.EPERM)
     # a caller's program that kills wins over our errno (the lower action)
-    killer = S._insn(S.BPF_RET_K, 0, 0, KILL)
+    killer = bpf.insn(S.BPF_RET_K, 0, 0, KILL)
     assert most_restrictive([run(p, NR64["keyctl"], X86_64) for p in (killer, *deny)]) == KILL
 
 

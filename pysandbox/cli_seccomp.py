@@ -1,0 +1,25 @@
+"""The command line's seccomp options (pysandbox/seccomp.py): ``--strict-unix``,
+``--allow-io-uring`` and ``--allow-syscall NAME`` of ``pysandbox run``, and how they go
+over a profile's keys (a flag turns its setting on, never off; names add to the list)."""
+
+from __future__ import annotations
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--strict-unix", action="store_true",
+                        help="refuse new AF_UNIX sockets by seccomp (socketpair still works)")
+    parser.add_argument("--allow-io-uring", action="store_true",
+                        help="allow io_uring (refused by default with ENOSYS); needs --network allow and "
+                             "no --strict-unix, since io_uring makes sockets seccomp cannot see")
+    parser.add_argument("--allow-syscall", metavar="NAME", action="append", default=[],
+                        help="let NAME reach the kernel: perf_event_open, bpf or userfaultfd (refused by "
+                             "default with EPERM; repeatable; for profilers, BPF tools, CRIU)")
+
+
+def merge(kw: dict, args) -> None:
+    """The options over ``kw`` (``Policy.default`` arguments, perhaps a profile's)."""
+    for flag in ("strict_unix", "allow_io_uring"):
+        if getattr(args, flag):
+            kw[flag] = True
+    if args.allow_syscall:
+        kw["allow_syscalls"] = (*kw.get("allow_syscalls", ()), *args.allow_syscall)
