@@ -56,28 +56,45 @@ def home_directories() -> set[str]:
     return {os.path.realpath(home) for home in candidates if home and home.startswith("/")}
 
 
+_DATABASE_HOMES: dict = {}   # (the database's key) -> its homes, canonical: one entry
+
+
+def _database_homes() -> frozenset[str]:
+    """The homes of every password database entry, canonical; read again when
+    /etc/passwd changes (realpath of each is most of the cost of a policy's check)."""
+    import pwd
+    try:
+        st = os.stat("/etc/passwd")
+        key = (st.st_ino, st.st_mtime_ns, st.st_size, pwd.getpwall)
+    except OSError:
+        key = (None, pwd.getpwall)
+    if key not in _DATABASE_HOMES:
+        try:
+            entries = pwd.getpwall()
+        except OSError:   # pragma: no cover - an unreadable database: the caller's homes only
+            entries = []
+        _DATABASE_HOMES.clear()
+        _DATABASE_HOMES[key] = frozenset(os.path.realpath(e.pw_dir) for e in entries if e.pw_dir.startswith("/"))
+    return _DATABASE_HOMES[key]
+
+
 def _all_homes() -> set[str]:
     """Every home directory the host knows: the caller's, each password database entry's, /root."""
-    import pwd
-    homes = home_directories() | {"/root"}
-    try:
-        entries = pwd.getpwall()
-    except OSError:   # pragma: no cover - an unreadable database: the caller's homes only
-        entries = []
-    homes |= {os.path.realpath(e.pw_dir) for e in entries if e.pw_dir.startswith("/")}
+    homes = home_directories() | _database_homes() | {"/root"}
     homes.discard("/")   # the root is refused on its own
     return homes
 
 
-def too_broad(path: str) -> str | None:
+def too_broad(path: str, homes=None) -> str | None:
     """Why ``path`` (canonical) is too broad to be writable ("the root", "a system tree",
-    ...), or None when it is not."""
+    ...), or None when it is not. ``homes``: the home directories (default: every one
+    the host knows)."""
     if path == "/":
         return "the root"
     if path in SYSTEM_TREES:
         return "a system tree"
     below = path.rstrip("/") + "/"
-    for home in sorted(_all_homes()):
+    for home in sorted(_all_homes() if homes is None else homes):
         if home == path:
             return "a home directory"
         if home.startswith(below):
@@ -157,8 +174,9 @@ def check_policy(policy) -> None:
     if not writable:
         return
     if not policy.allow_broad_writable:
+        homes = _all_homes()
         for path in writable:
-            why = too_broad(path)
+            why = too_broad(path, homes)
             if why is not None:
                 raise PolicyError(f"writable path {path} is {why}: the command could rewrite what the host or "
                                   "its users rely on; name a directory below it (allow_broad_writable=True, "
