@@ -46,9 +46,9 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     timeout = 600                                  # seconds
 
 A profile inside a path its own policy makes writable is refused (a command run under
-it could rewrite it for the next run), and so is one named through such a path: a
-symlink there to a profile outside could be re-pointed by the command. Errors are :class:`~pysandbox.errors.PolicyError`
-naming the file, the line and the key
+it could rewrite it for the next run), and so is one named through such a path (a
+symlink there to a profile outside could be re-pointed by the command). Errors are
+:class:`~pysandbox.errors.PolicyError` naming the file, the line and the key
 (``agent.toml:7: ro: bind source does not exist: /opt/data``); an unknown key is an
 error with a "did you mean". A name without ``/`` and without ``.toml`` is a profile
 shipped in ``pysandbox/profiles/`` (:func:`shipped`).
