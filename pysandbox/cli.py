@@ -16,6 +16,7 @@ import sys
 from . import __version__, cli_limits, cli_seccomp
 from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
+from .writable import home_directories
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 GRACE = KILL_GRACE   # --timeout: seconds between SIGTERM to the command and SIGKILL to the sandbox
 PROG = "pysandbox"
@@ -30,8 +31,13 @@ later. SIGTERM, SIGINT and SIGHUP sent to pysandbox are forwarded to the command
 
 workdir: the current directory by default, bound read-write. '/' is refused as a
 workdir (reason workdir_too_broad); when the current directory is your home
-directory or one of its ancestors, name the workdir explicitly (--workdir DIR, even
---workdir ~ if you mean it) or pass --no-workdir.
+directory or one of its ancestors, name the workdir explicitly (--workdir DIR) or
+pass --no-workdir.
+
+writable paths (--rw, --workdir): /, a system tree (/usr, /etc, /var, ...), a home or an
+ancestor of one is refused (writable_path_too_broad) unless --allow-broad-writable. A path
+named through a symlink inside a writable path (the command could have planted it) is
+refused (symlink_in_path) unless --follow-writable-symlinks; others (/var/run) are followed.
 
 environment: by default the caller's whole environment reaches the command, secrets
 included (AWS_*, GITHUB_TOKEN, SSH_*, cloud and CI tokens ...). --keep-env NAME
@@ -112,8 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "never /; required when the current directory is $HOME or above it)")
     wd.add_argument("--no-workdir", action="store_true", help="bind no working directory read-write")
     run.add_argument("--rw", metavar="PATH", action="append", default=[],
-                     help="bind PATH read-write (repeatable; a symlink is bound where it points now, and "
-                          "one planted there later fails the launch: symlink_in_path)")
+                     help="bind PATH read-write (repeatable; a symlink is bound where it points now, unless "
+                          "inside a writable path; one planted there later fails the launch: symlink_in_path)")
+    run.add_argument("--allow-broad-writable", action="store_true",
+                     help="allow a writable path (--rw, --workdir) that is /, a system tree, a home directory "
+                          "or an ancestor of one (refused by default: writable_path_too_broad)")
+    run.add_argument("--follow-writable-symlinks", action="store_true",
+                     help="follow a symlink inside a writable path when the policy is built (refused by "
+                          "default: symlink_in_path; the sandbox could have planted it)")
     run.add_argument("--ro", metavar="PATH", action="append", default=[],
                      help="bind PATH read-only (repeatable; symlinks as --rw)")
     run.add_argument("--hide", metavar="PATH", action="append", default=[],
@@ -275,8 +287,9 @@ def _policy(args, profile=None):
         kw["new_session"] = False
     kw["pass_fds"] = tuple(args.pass_fd)
     kw["limits"] = cli_limits.merged(kw.get("limits"), args)
-    if args.keep_authority_sockets:
-        kw["keep_authority_sockets"] = True
+    for flag in ("keep_authority_sockets", "allow_broad_writable", "follow_writable_symlinks"):
+        if getattr(args, flag):
+            kw[flag] = True
     cli_seccomp.merge(kw, args)
     policy = Policy.default(**kw)
     if profile is not None:
@@ -285,21 +298,6 @@ def _policy(args, profile=None):
         from .egress import quiet_events
         quiet_events()   # the proxy's refusals (warnings) reach stderr with --verbose only
     return policy
-
-
-def home_directories() -> set[str]:
-    """The caller's home directories: ``$HOME`` and the password database's entry."""
-    import pwd
-    homes = set()
-    candidates = [os.environ.get("HOME")]
-    try:
-        candidates.append(pwd.getpwuid(os.getuid()).pw_dir)
-    except KeyError:
-        pass
-    for home in candidates:
-        if home and home.startswith("/"):
-            homes.add(os.path.realpath(home))
-    return homes
 
 
 def _default_workdir() -> str:
@@ -319,8 +317,9 @@ def _default_workdir() -> str:
         if home != "/" and (real == home or home.startswith(real.rstrip("/") + "/")):
             what = "your home directory" if real == home else f"an ancestor of your home directory {home}"
             raise PolicyError(f"the current directory {cwd} is {what}: binding it read-write would give the "
-                              "command everything below it; pass --workdir DIR (--workdir ~ if you mean it) "
-                              "or --no-workdir", Reason.WORKDIR_TOO_BROAD, cwd)
+                              "command everything below it; pass --workdir DIR (--workdir ~ "
+                              "--allow-broad-writable if you mean it) or --no-workdir",
+                              Reason.WORKDIR_TOO_BROAD, cwd)
     return cwd
 
 

@@ -35,6 +35,9 @@ def describe(exc, args, profile=None) -> str:
     if field is None and isinstance(value, str):   # a plan check: the option whose path it is
         field = next((name for name in ("tmpfs", "hide", "ro", "rw") for given in getattr(args, name, None) or ()
                       if given == value or _canon(given) == value), None)
+    if field is None and isinstance(value, str) and not getattr(args, "no_workdir", False) and \
+            value in (getattr(args, "workdir", None), _canon(getattr(args, "workdir", None) or os.getcwd())):
+        field = "workdir"   # a writable-path check of the workdir (given, or the current directory)
     if profile is not None and not _given(args, field):
         key = profile.key_for(exc)
         if key is not None:

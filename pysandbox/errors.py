@@ -49,6 +49,7 @@ class Reason(str, enum.Enum):
     # policy (user input)
     INVALID_PATH = "invalid_path"
     WORKDIR_TOO_BROAD = "workdir_too_broad"
+    WRITABLE_PATH_TOO_BROAD = "writable_path_too_broad"
     BIND_SOURCE_MISSING = "bind_source_missing"
     MOUNT_POINT_MISSING = "mount_point_missing"
     INVALID_MODE = "invalid_mode"

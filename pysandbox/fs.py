@@ -20,7 +20,9 @@ class Bind:
     ``dev`` keeps device nodes usable; ``optional`` skips a missing source (bwrap -try).
     ``src_fd`` binds an open descriptor instead of a path (bwrap --bind-fd).
     ``src`` is kept canonical (:func:`canonical`): a symlink named here is resolved
-    now, and the launch binds that path without following any symlink in it."""
+    now, and the launch binds that path without following any symlink in it. The path
+    as named stays in ``named_src`` (not a field): the Policy refuses one that passes
+    through a symlink inside a path it makes writable (:mod:`pysandbox.writable`)."""
 
     src: str | None
     dest: str
@@ -39,7 +41,9 @@ class Bind:
         else:
             # What a symlink the caller named points to NOW: the launch then binds this
             # path without following any symlink (one planted later fails closed).
-            set_field(self, "src", canonical(check_path(self.src, "bind source")))
+            named = check_path(self.src, "bind source")
+            set_field(self, "named_src", named)
+            set_field(self, "src", canonical(named))
         for flag in ("readonly", "dev", "optional"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"bind {flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
@@ -197,7 +201,9 @@ class Overlay:
     same filesystem, for the kernel's use: bwrap --overlay), or with ``tmp=True`` to an
     invisible tmpfs that vanishes with the sandbox (bwrap --tmp-overlay). With neither
     the overlay is read-only and needs at least two lowers (bwrap --ro-overlay).
-    Mounted nosuid,nodev (bwrap sets neither: stricter)."""
+    Mounted nosuid,nodev (bwrap sets neither: stricter). The layers are kept canonical,
+    as a bind's source; as named they stay in ``named_sources`` (not a field; the order
+    of :attr:`sources`)."""
 
     dest: str
     lower: tuple[str, ...] = ()
@@ -210,7 +216,8 @@ class Overlay:
         if isinstance(self.lower, (str, bytes, os.PathLike)):
             raise PolicyError("overlay lower must be a collection of paths, not one path",
                               Reason.INVALID_VALUE, self.lower)
-        lower = tuple(canonical(check_path(p, "overlay lower dir")) for p in as_tuple(self.lower, "overlay lower"))
+        named = tuple(check_path(p, "overlay lower dir") for p in as_tuple(self.lower, "overlay lower"))
+        lower = tuple(canonical(p) for p in named)
         set_field(self, "lower", lower)
         if not isinstance(self.tmp, bool):
             raise PolicyError("overlay tmp must be a bool", Reason.INVALID_VALUE, self.tmp)
@@ -221,8 +228,11 @@ class Overlay:
             if self.tmp:
                 raise PolicyError("a tmp overlay writes to a tmpfs: it takes no upper or work directory",
                                   Reason.CONFLICTING_OPTIONS, self.upper)
-            set_field(self, "upper", canonical(check_path(self.upper, "overlay upper dir")))
-            set_field(self, "work", canonical(check_path(self.work, "overlay work dir")))
+            layers = (check_path(self.upper, "overlay upper dir"), check_path(self.work, "overlay work dir"))
+            named += layers
+            set_field(self, "upper", canonical(layers[0]))
+            set_field(self, "work", canonical(layers[1]))
+        set_field(self, "named_sources", named)
         least = 2 if self.upper is None and not self.tmp else 1
         if len(lower) < least:
             what = "a read-only overlay needs at least two lower directories" if least == 2 else \

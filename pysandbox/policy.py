@@ -20,6 +20,7 @@ from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, O
 from .limits import Limits
 from .seccomp import caller_programs, opt_in_calls
 from .records import dataclass, field, replace
+from .writable import check_policy as _check_writable, writable_sources
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
 NETWORK_MODES = ("deny", "allow", "proxy")
@@ -170,7 +171,9 @@ class Policy:
     unshared besides the network namespace, which ``network`` decides.
 
     Raises:
-        PolicyError: any invalid field, with ``.reason`` and ``.value``.
+        PolicyError: any invalid field, with ``.reason`` and ``.value``; a too-broad writable
+            path or a symlink inside one (:mod:`pysandbox.writable`: ``writable_path_too_broad``,
+            ``symlink_in_path``; opt-ins ``allow_broad_writable``, ``follow_writable_symlinks``).
     """
 
     fs: tuple = ()
@@ -204,6 +207,8 @@ class Policy:
     pidns_fd: int | None = None            # join this pid namespace ("pid": a new one inside it)
     userns2_fd: int | None = None          # after the setup, switch to this user namespace
     limits: Limits | None = None           # resource limits (limits.py); None: none
+    allow_broad_writable: bool = False     # writable /, system trees, homes allowed (writable.py)
+    follow_writable_symlinks: bool = False  # symlinks inside writable paths followed (writable.py)
 
     def __post_init__(self):
         fs = as_tuple(self.fs, "fs")
@@ -245,7 +250,8 @@ class Policy:
             if "uts" not in ns:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
         for flag in ("die_with_parent", "new_session", "as_pid_1", "caps_ambient", "allow_nested_userns",
-                     "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints"):
+                     "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints",
+                     "allow_broad_writable", "follow_writable_symlinks"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
         if self.allow_io_uring and (self.strict_unix or self.network.new_namespace):
@@ -272,6 +278,7 @@ class Policy:
             set_field(self, "limits", None)
         if self.argv0 is not None and (not isinstance(self.argv0, str) or "\x00" in self.argv0):
             raise PolicyError("argv0 must be a string without NUL", Reason.INVALID_VALUE, self.argv0)
+        _check_writable(self)
 
     def _check_block_fds(self, passed) -> None:
         for name in ("block_fd", "userns_block_fd", "userns_fd", "pidns_fd", "userns2_fd"):
@@ -323,14 +330,11 @@ class Policy:
         items = []  # (depth, rank, op): parents before children, then by kind
         # A path given as a symlink is bound where it points now, at that (canonical)
         # path: the symlink, seen through the read-only /, leads there in the sandbox.
-        for path in _paths(ro, "ro"):
-            path = canonical(path)
-            _check_source(path, "ro")
-            items.append((path, 0, Bind(path, path, readonly=True)))
-        for path in _paths(rw, "rw"):
-            path = canonical(path)
-            _check_source(path, "rw")
-            items.append((path, 0, Bind(path, path)))
+        for what, paths in (("ro", ro), ("rw", rw)):
+            for path in _paths(paths, what):   # the bind keeps the path as named (named_src)
+                real = canonical(path)
+                _check_source(real, what)
+                items.append((real, 0, Bind(path, real, readonly=what == "ro")))
         if workdir is not None:
             given = check_path(_absolute(workdir), "workdir", field="workdir")
             wd = canonical(given)
@@ -340,7 +344,7 @@ class Policy:
             _check_source(wd, "workdir")
             if not os.path.isdir(wd):
                 raise PolicyError(f"workdir {given}: not a directory", Reason.INVALID_PATH, given, field="workdir")
-            items.append((wd, 0, Bind(wd, wd)))
+            items.append((wd, 0, Bind(given, wd)))
             overrides.setdefault("chdir", wd)
         for path in _paths(tmpfs, "tmpfs"):
             if path == "/":
@@ -392,14 +396,7 @@ class Policy:
     def writable_host_paths(self) -> tuple[str, ...]:
         """Host paths the sandbox can write: rw bind sources, overlay upper and work
         directories, and the writable sandbox paths (:attr:`writable_paths`)."""
-        paths = []
-        for op in self.fs:
-            if isinstance(op, Bind) and op.src is not None and not op.readonly:
-                paths.append(op.src)
-            elif isinstance(op, Overlay) and op.writable:
-                paths += [op.upper, op.work]
-        paths.extend(self.writable_paths)
-        return tuple(paths)
+        return writable_sources(self) + self.writable_paths
 
     @property
     def writable_paths(self) -> tuple[str, ...]:

@@ -26,6 +26,8 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     gid = 1000
     caps_keep = ["net_bind_service"]
     allow_nested_userns = false
+    allow_broad_writable = false                   # writable /, system trees, homes (README)
+    follow_writable_symlinks = false               # follow symlinks inside writable paths
 
     [env]                                          # applied as --keep-env/--clearenv,
     keep = ["PATH", "HOME", "LANG", "TERM"]       # then unset, then set
@@ -46,8 +48,9 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     timeout = 600                                  # seconds
 
 A profile inside a path its own policy makes writable is refused (a command run under
-it could rewrite it for the next run). Errors are :class:`~pysandbox.errors.PolicyError`
-naming the file, the line and the key
+it could rewrite it for the next run), and so is one named through such a path (a
+symlink there to a profile outside could be re-pointed by the command). Errors are
+:class:`~pysandbox.errors.PolicyError` naming the file, the line and the key
 (``agent.toml:7: ro: bind source does not exist: /opt/data``); an unknown key is an
 error with a "did you mean". A name without ``/`` and without ``.toml`` is a profile
 shipped in ``pysandbox/profiles/`` (:func:`shipped`).
@@ -67,7 +70,8 @@ from .records import dataclass, field
 __all__ = ["Profile", "load", "shipped"]
 
 _PATHS = ("ro", "rw", "hide", "tmpfs")
-_FLAGS = ("share_session", "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_nested_userns")
+_FLAGS = ("share_session", "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_nested_userns",
+          "allow_broad_writable", "follow_writable_symlinks")
 # key -> what its value must be (the words of the error message). Not here: pass_fds (a
 # descriptor number means nothing outside the process that opened it) and the seccomp
 # programs (bytes); --pass-fd and the Python API give those.
@@ -115,22 +119,29 @@ class Profile:
     values: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict)    # the same keys, as written in the file
     file: str | None = None                    # the file's real path on the host
+    named: str | None = None                   # the file's path as named, absolute
 
     def check_outside(self, policy) -> None:
-        """Refuse a policy that can write its own profile: a command run under it could
-        rewrite the file (``network = "allow"``, ``rw = ["~"]``) for the next run.
+        """Refuse a policy that can write its own profile, or the way to it: a command run
+        under it could rewrite the file (``network = "allow"``, ``rw = ["~"]``), or re-point
+        a symlink the profile is named through, for the next run. The path as named is
+        walked component by component (symlinks followed, the target included).
 
         Raises:
             PolicyError: ``conflicting_options``, naming the file and the writable path.
         """
         if self.file is None:
             return
-        for path in policy.writable_host_paths:
-            top = os.path.realpath(path)
-            if self.file == top or self.file.startswith(top.rstrip("/") + "/"):
-                raise PolicyError(f"profile {self.path}: inside {path}, which the policy it describes makes "
-                                  "writable: a command run under it could rewrite its own profile for the next "
-                                  "run; keep the profile outside the writable paths", Reason.CONFLICTING_OPTIONS,
+        from .writable import passes_through
+        tops = [os.path.realpath(path) for path in policy.writable_host_paths]
+        for path in dict.fromkeys((self.named or self.file, self.file)):
+            top = passes_through(path, tops)
+            if top is not None:
+                where = "inside" if path == self.file else "named through"
+                raise PolicyError(f"profile {self.path}: {where} {top}, which the policy it describes makes "
+                                  "writable: a command run under it could rewrite its own profile (or re-point "
+                                  "the way to it) for the next run; keep the profile, and the path you name it "
+                                  "by, outside the writable paths", Reason.CONFLICTING_OPTIONS,
                                   self.path, field="profile")
 
     def line(self, key: str) -> int | None:
@@ -157,7 +168,8 @@ class Profile:
         if "workdir" in self.values:
             kw["workdir"] = self.values["workdir"]
         for key in ("network", "allow_hosts", *_PATHS, "chdir", "hostname", "uid", "gid", "keep_authority_sockets",
-                    "strict_unix", "allow_io_uring", "allow_nested_userns"):
+                    "strict_unix", "allow_io_uring", "allow_nested_userns", "allow_broad_writable",
+                    "follow_writable_symlinks"):
             if key in self.values:
                 kw[key] = self.values[key]
         if "caps_keep" in self.values:
@@ -246,7 +258,7 @@ def load(name_or_path) -> Profile:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{shown}: {exc}", Reason.INVALID_VALUE, path, field="profile") from None
-    profile = Profile(shown, text, file=real)
+    profile = Profile(shown, text, file=real, named=os.path.abspath(file))
     _check(profile, doc)
     return profile
 

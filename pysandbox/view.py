@@ -17,7 +17,7 @@ import os
 import stat
 
 from . import ops as O
-from . import policy as P
+from . import fs as P
 from .execpath import exec_candidates
 
 # What puts a new filesystem on a path (the rest only add nodes inside one).

@@ -385,6 +385,9 @@ def policies(draw, world, max_ops: int = 8):
         # rlimits only: a cgroup's limits need a delegated controller, unlike the rest here
         # (the corpus has both); every generated policy shows a procfs, so bwrap's init runs
         limits=draw(st.sampled_from(LIMITS)),
+        # they change which policies may be built (pysandbox/writable.py), never the sandbox
+        allow_broad_writable=draw(st.booleans()),
+        follow_writable_symlinks=draw(st.booleans()),
     )
 
 

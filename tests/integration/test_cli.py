@@ -92,7 +92,8 @@ def test_keep_env_is_an_allow_list(backend, wd):
 @pytest.mark.parametrize("where", ["root", "home", "ancestor"])
 def test_too_broad_default_workdir_is_refused(backend, tmp_path, where):
     """Started in / or in $HOME or above it, run wants an explicit --workdir (exit 2, the
-    reason on one line, nothing run); an explicit --workdir of that home is allowed."""
+    reason on one line, nothing run); an explicit --workdir of that home needs
+    --allow-broad-writable."""
     home = tmp_path / "a" / "b"
     home.mkdir(parents=True)
     env = {**os.environ, "HOME": str(home)}
@@ -106,8 +107,13 @@ def test_too_broad_default_workdir_is_refused(backend, tmp_path, where):
         done = cli(backend, "--workdir", "/", "--", "true", cwd=wd_of(tmp_path), env=env)
         assert done.returncode == 2 and "workdir_too_broad" in done.stderr
         return
-    # control: naming the directory is the caller's decision
+    # naming the directory is not enough: a home or its ancestor is a too-broad writable
+    # path (writable_path_too_broad) ...
     done = cli(backend, "--workdir", str(cwd), "--", "sh", "-c", f": > {marker}", cwd=cwd, env=env)
+    assert done.returncode == 2 and "writable_path_too_broad" in done.stderr and not marker.exists()
+    # control: ... unless the caller opts in
+    done = cli(backend, "--workdir", str(cwd), "--allow-broad-writable", "--", "sh", "-c", f": > {marker}",
+               cwd=cwd, env=env)
     assert done.returncode == 0 and marker.exists(), done.stderr
     # a project directory below the home is a fine default
     (home / "proj").mkdir()

@@ -172,6 +172,10 @@ _CASES = [
     ("allow-io-uring", lambda w: _default(w, network="allow", allow_io_uring=True)),
     ("allow-syscalls", lambda w: _default(w, allow_syscalls=frozenset({"perf_event_open", "userfaultfd"}))),
     ("keep-authority-sockets", lambda w: Policy.default(keep_authority_sockets=True)),
+    # the writable-path opt-ins (pysandbox/writable.py) change which policies may be built,
+    # not the sandbox: the same mounts as without them
+    ("writable-opt-ins", lambda w: _with(w, Bind(w.path("src"), "/tmp/rw"), allow_broad_writable=True,
+                                         follow_writable_symlinks=True)),
     # an absolute argv[0] next to the interpreter: CPython finds its prefix from argv[0]
     # (a bare name only works when the build-time prefix is /usr)
     ("argv0", lambda w: _default(w, argv0=os.path.join(os.path.dirname(sys.executable), "probe-zero"))),

@@ -13,7 +13,8 @@ def cases():
     yield "default-ish", PP.Policy(fs=ROOT + (PP.Dev("/dev"), PP.Proc("/proc"), t("/tmp")))
     yield "binds", PP.Policy(fs=(t("/"), PP.Bind("/usr", "/usr", readonly=True), PP.Bind("/etc/passwd", "/a/b/passwd"),
                                  PP.Bind("/usr", "/x/dev", dev=True), PP.Bind("/nonexistent-psb", "/o", optional=True),
-                                 PP.Bind("/usr", "/usr/lib", readonly=True, optional=True)))
+                                 PP.Bind("/usr", "/usr/lib", readonly=True, optional=True)),
+                             allow_broad_writable=True)   # /usr writable: a fixture, never launched
     yield "tmpfs-hide", PP.Policy(fs=ROOT + (t("/tmp", size=4096, mode=0o700), PP.Hide("/usr"), PP.Hide("/etc/passwd"),
                                             t("/mnt"), PP.Hide("/mnt"), PP.Dir("/tmp/d", 0o711), PP.Dir("/tmp/e")))
     yield "overlays", PP.Policy(fs=(t("/"), PP.Overlay("/o", ("/usr", "/etc"), tmp=True),
@@ -30,7 +31,7 @@ def cases():
     yield "userns-block", PP.Policy(fs=ROOT + (PP.Proc("/proc"),), userns_block_fd=9, namespaces=frozenset({"user", "pid", "cgroup"}))
     yield "join", PP.Policy(fs=ROOT, userns_fd=11, pidns_fd=12, userns2_fd=13, allow_nested_userns=True)
     yield "join-pid", PP.Policy(fs=ROOT + (PP.Dev("/dev"),), pidns_fd=12, namespaces=frozenset({"user", "pid", "uts"}))
-    yield "workdir", PP.Policy(fs=ROOT + (PP.Bind("/usr", "/usr"),), chdir="/usr")
+    yield "workdir", PP.Policy(fs=ROOT + (PP.Bind("/usr", "/usr"),), chdir="/usr", allow_broad_writable=True)
 
 
 HOSTS = {"plain": dict(base="/tmp", last_cap=40),

@@ -22,6 +22,8 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               "--allow-syscall",
               # a terminal of its own (README: Interactive shell)
               "--tty", "--no-tty",
+              # the writable-path opt-ins (README "Writable paths")
+              "--allow-broad-writable", "--follow-writable-symlinks",
               # TOML profiles (README "Profiles")
               "--profile",
               # resource limits (README "Resource limits", pysandbox/cli_limits.py)
@@ -154,8 +156,13 @@ def test_default_workdir_refuses_home_its_ancestors_and_root(tmp_path, monkeypat
     assert len(err) == 1 and "workdir_too_broad" in err[0]
     if where != "root":
         assert "--workdir" in err[0]
-        # an explicit --workdir of the same directory is the caller's decision: allowed
-        policy = cli._policy(parse("run", "--network", "allow", "--workdir", ".", "--", "true"))
+        # an explicit --workdir of the same directory is too broad as a writable path
+        # (writable_path_too_broad), unless the caller opts in
+        with pytest.raises(cli_policy_error()) as info:
+            cli._policy(parse("run", "--network", "allow", "--workdir", ".", "--", "true"))
+        assert info.value.reason.value == "writable_path_too_broad"
+        policy = cli._policy(parse("run", "--network", "allow", "--workdir", ".", "--allow-broad-writable",
+                                   "--", "true"))
         assert os.getcwd() in policy.writable_paths
         assert not cli._policy(parse("run", "--network", "allow", "--no-workdir", "--", "true")).writable_paths
 

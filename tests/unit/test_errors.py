@@ -63,6 +63,7 @@ EXPECTED_CLASS = {
     "bind_source_changed": E.SetupError,
     "invalid_path": E.SetupError,
     "workdir_too_broad": E.SetupError,
+    "writable_path_too_broad": E.SetupError,
     "bind_source_missing": E.SetupError,
     "mount_point_missing": E.SetupError,
     "invalid_mode": E.SetupError,

@@ -31,6 +31,9 @@ SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 LONG_COMPONENT = "n" * 300
 LONG_PATH = "/" + "/".join(["d" * 200] * 21)          # > PATH_MAX (4096)
+# A directory that is neither a system tree nor under /tmp (the private /tmp would shadow
+# it), to be the default workdir and a writable path: the package's own
+PACKAGE_DIR = os.path.dirname(os.path.realpath(pysandbox.__file__))
 
 # Paths that are valid syntax, in every shape that trips naive code.
 weird_names = st.sampled_from([
@@ -183,11 +186,11 @@ def _recording_popen(command, *, policy=None, backend="auto", **kwargs):
 
 VALID = [
     ["--network", "deny"], ["--network", "allow"], ["--network", "proxy"], ["--backend", "auto"], ["--backend", "native"],
-    ["--backend", "bwrap"], ["--ro", "/usr"], ["--ro", "/etc"], ["--rw", "/usr/share"],
+    ["--backend", "bwrap"], ["--ro", "/usr"], ["--ro", "/etc"], ["--rw", PACKAGE_DIR + "/profiles"],
     ["--hide", "/nonexistent/with space"], ["--hide", "/no\nsuch/ünï"], ["--tmpfs", "/tmp/with space"],
     ["--tmpfs", "/tmp/日本"], ["--chdir", "/usr"], ["--setenv", "NAME", "value with\nnewline"],
     ["--setenv", "X_1", ""], ["--unsetenv", "HOME"], ["--clearenv"], ["--share-session"],
-    ["--timeout", "1.5"], ["--no-workdir"], ["--workdir", "/usr"], ["-v"],
+    ["--timeout", "1.5"], ["--no-workdir"], ["--workdir", PACKAGE_DIR], ["-v"],
 ]
 INVALID = [
     ["--allow-host", "no such host"], ["--network", ""], ["--backend", "docker"], ["--ro", "relative"],
@@ -197,6 +200,7 @@ INVALID = [
     ["--timeout", "0"], ["--timeout", "-1"], ["--timeout", "nan"], ["--timeout", "inf"],
     ["--timeout", "soon"], ["--pass-fd", "0"], ["--pass-fd", "-3"], ["--pass-fd", "x"],
     ["--pass-fd", "99999"], ["--workdir", "rel/dir"], ["--bogus-option"], ["--setenv", "ONLY"],
+    ["--rw", "/usr"], ["--rw", "/"], ["--workdir", "/etc"],   # writable_path_too_broad
 ]
 commands = st.lists(st.one_of(st.sampled_from(["true", "/bin/sh", "-c", "--", "--help", "-v"]),
                               st.text(alphabet=st.characters(blacklist_characters="\x00"), max_size=30)),
@@ -222,7 +226,7 @@ def _cli(argv):
 @pytest.fixture
 def recording(monkeypatch):
     monkeypatch.setattr(pysandbox.process, "Popen", _recording_popen)
-    monkeypatch.chdir("/usr")   # the default workdir; "/" would shadow the private /tmp
+    monkeypatch.chdir(PACKAGE_DIR)   # the default workdir ("/" is refused, /usr too broad)
 
 
 @SETTINGS

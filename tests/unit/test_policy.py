@@ -226,8 +226,11 @@ def test_workdir_root_is_too_broad(tmp_path):
             Policy.default(workdir=wd)
         assert info.value.reason.value == "workdir_too_broad"
     assert Policy.default(workdir=tmp_path).chdir == str(tmp_path)     # control
-    # an explicit read-write bind of / stays the caller's own decision
-    assert "/" in Policy.default(rw=["/"], network="allow").writable_paths
+    # an explicit read-write bind of / is too broad too, unless the caller opts in
+    with pytest.raises(PolicyError) as info:
+        Policy.default(rw=["/"], network="allow")
+    assert info.value.reason.value == "writable_path_too_broad" and info.value.value == "/"
+    assert "/" in Policy.default(rw=["/"], network="allow", allow_broad_writable=True).writable_paths
 
 
 def test_allow_io_uring_only_where_no_socket_filter_depends_on_it():

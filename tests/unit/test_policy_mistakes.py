@@ -100,11 +100,13 @@ def test_nesting_hint_only_with_evidence(monkeypatch):
 
 def test_writable_host_procfs_bind_is_refused():
     """Invariant 9: no host-global kernel knob writable, whatever the caller's uid; a
-    read-write bind of the host's /proc/sys would hand a root caller's sysctls over."""
+    read-write bind of the host's /proc/sys would hand a root caller's sysctls over.
+    Also with allow_broad_writable (which lets /proc itself be writable otherwise)."""
     for src, dest in (("/proc/sys", "/proc/sys"), ("/proc", "/proc"), ("/proc/sys", "/mnt")):
-        exc = refused(lambda: Policy(fs=(Bind("/", "/", readonly=True), Proc("/proc"), Bind(src, dest))))
+        exc = refused(lambda: Policy(fs=(Bind("/", "/", readonly=True), Proc("/proc"), Bind(src, dest)),
+                                     allow_broad_writable=True))
         assert exc.reason.value == "conflicting_options" and "procfs" in exc.args[0], (src, dest)
-    for kw in (dict(rw=["/proc/sys"]), dict(rw=["/proc"])):
+    for kw in (dict(rw=["/proc/sys"]), dict(rw=["/proc"], allow_broad_writable=True)):
         exc = refused(lambda: Policy.default(**kw))
         assert exc.reason.value == "conflicting_options"
     # controls: read-only, and pybwrap's shape (the whole /proc, every host-global entry
@@ -113,6 +115,8 @@ def test_writable_host_procfs_bind_is_refused():
     from pysandbox.ops import PROC_READONLY
     covers = tuple(Bind(f"/proc/{s}", f"/mnt/proc/{s}", readonly=True) for s in PROC_READONLY
                    if os.path.lexists(f"/proc/{s}"))
-    compile_plan(Policy(fs=(Bind("/", "/", readonly=True), Tmpfs("/mnt"), Bind("/proc", "/mnt/proc")) + covers))
+    compile_plan(Policy(fs=(Bind("/", "/", readonly=True), Tmpfs("/mnt"), Bind("/proc", "/mnt/proc")) + covers,
+                        allow_broad_writable=True))   # as pybwrap's mapping says
     with pytest.raises(PolicyError):   # ... and without the covers it is refused
-        compile_plan(Policy(fs=(Bind("/", "/", readonly=True), Tmpfs("/mnt"), Bind("/proc", "/mnt/proc"))))
+        compile_plan(Policy(fs=(Bind("/", "/", readonly=True), Tmpfs("/mnt"), Bind("/proc", "/mnt/proc")),
+                            allow_broad_writable=True))

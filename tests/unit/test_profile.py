@@ -232,6 +232,36 @@ def test_a_profile_its_policy_can_write_is_refused(tmp_path, monkeypatch):
     assert Policy.from_toml(outside).chdir == str(tmp_path / "proj")
 
 
+def test_a_profile_named_through_a_writable_path_is_refused(tmp_path, monkeypatch):
+    """``--profile ./sandbox.toml``, a symlink in the workdir to a profile outside: the
+    real file is outside every writable path, but the command can re-point the link, so
+    the next identical command line would load another profile. The path as named is
+    walked, not only its target."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    good = write(outside, 'network = "deny"\nallow_broad_writable = false\nfollow_writable_symlinks = false\n',
+                 "good.toml")
+    (tmp_path / "proj").mkdir()
+    os.symlink(good, tmp_path / "proj" / "sandbox.toml")
+    monkeypatch.chdir(tmp_path / "proj")
+    for named in ("./sandbox.toml", str(tmp_path / "proj" / "sandbox.toml")):
+        with pytest.raises(PolicyError) as info:
+            cli._policy(parse("run", "--profile", named, "--", "true"), profile.load(named))
+        assert info.value.reason.value == "conflicting_options" and info.value.field == "profile"
+        assert "named through" in info.value.args[0]
+        assert error(named, workdir=str(tmp_path / "proj")).reason.value == "conflicting_options"
+    # a directory named on the way (proj/link/good.toml, link -> ../outside) counts as well
+    os.symlink("../outside", tmp_path / "proj" / "link")
+    assert error("./link/good.toml", workdir=str(tmp_path / "proj")).reason.value == "conflicting_options"
+    # controls: the plain file outside the writable paths; the symlink when the policy
+    # cannot write where it lies; a symlink outside the writable paths
+    assert cli._policy(parse("run", "--profile", good, "--", "true"), profile.load(good))
+    assert cli._policy(parse("run", "--profile", "./sandbox.toml", "--no-workdir", "--", "true"),
+                       profile.load("./sandbox.toml"))
+    os.symlink(good, outside / "link.toml")
+    assert Policy.from_toml(str(outside / "link.toml"), workdir=str(tmp_path / "proj")).network.mode == "deny"
+
+
 def test_shipped_profiles_are_package_data():
     import tomllib
     from pathlib import Path
