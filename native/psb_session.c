@@ -420,21 +420,25 @@ static void end_orphans(void)
 {
     static long kids[4096];
     for (int round = 0; round < END_ROUNDS; round++) {
-        int n = read_pids("/proc/1/task/1/children", kids, 4096), left = 0;
+        /* Done only when a fresh listing shows none: each death (a reaping here, or a
+         * keeper's exit after the listing) may have handed us its children. */
+        int n = read_pids("/proc/1/task/1/children", kids, 4096), found = 0, left = 0;
         for (int i = 0; i < n; i++) {
             if (live_keeper(kids[i]))
                 continue;
+            found = 1;
             sys6(NR_KILL, kids[i], SIGKILL, 0, 0, 0, 0);
             kill_subtree(kids[i]);
             int st;
             if (sys6(NR_WAIT4, kids[i], (long)&st, WNOHANG | WALL, 0, 0, 0) != kids[i])
                 left = 1;
         }
-        if (n >= 0 && !left) {
+        if (n >= 0 && !found) {
             dirty = 0;
             return;
         }
-        sys6(NR_POLL, 0, 0, 1, 0, 0, 0);   /* 1 ms: SIGKILLed processes take a moment to die */
+        if (left)
+            sys6(NR_POLL, 0, 0, 1, 0, 0, 0);   /* 1 ms: SIGKILLed processes take a moment to die */
     }
     dirty = 1;
 }
