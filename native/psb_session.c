@@ -30,8 +30,12 @@
  * in order, as execvp). When the command ends, the keeper SIGKILLs every process left
  * in its subtree (orphans reparent to it, setsid or not), reaps them, and only then
  * reports EXITED: a command's background processes end with it. A keeper that dies
- * early (a command can signal it) is reported as SIGKILL, and the server, pid 1, kills
- * every child of its own that is not a live keeper (the orphans it inherited).
+ * early is reported as SIGKILL once the server, pid 1, has killed and reaped every
+ * child of its own that is not a live keeper (the orphans it inherited) and all their
+ * descendants. The launcher's SIGKILL for a command is not relayed: the server
+ * SIGKILLs the keeper itself (ending a command never depends on a keeper the command
+ * could have stopped or traced; on kernels with Landlock's signal scope it cannot:
+ * -L 2, pysandbox/backends/landlock.py), and the same path ends the tree.
  * EOF on the channel: the server exits, and the kernel kills the whole namespace. */
 
 #if defined(__x86_64__)
@@ -83,6 +87,7 @@ PSB_START(psb_session_main);
 #define O_NONBLOCK 04000
 #define POLLIN 1
 #define WNOHANG 1
+#define WALL 0x40000000   /* __WALL: a child made by clone() with another exit signal too */
 #define EINTR 4
 #define EAGAIN 11
 #define EACCES 13
@@ -127,10 +132,10 @@ static struct pollfd pfds[MAX_CMDS + 2];
 static char payload[MAX_PAYLOAD + 1];
 static char *strs[MAX_STRINGS + 3];
 static long chan = -1, sigfd = -1;
-/* "-L KIND": each command's Landlock domain (native/psb_landlock.h; 1 filesystem, for a
- * command that cannot mount, 2 signal scope, for one that may). Without it, none
- * (pysandbox/backends/landlock.py decides: a command that may mount, on a kernel
- * without Landlock's signal scope; or no Landlock at all). */
+/* "-L KIND": each command's Landlock domain (native/psb_landlock.h; 2 signal scope
+ * wherever the kernel has it, else 1 filesystem for a command that cannot mount).
+ * Without it, none (pysandbox/backends/landlock.py decides: a command that may mount,
+ * on a kernel without Landlock's signal scope; or no Landlock at all). */
 static long landlock_kind;
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
@@ -392,16 +397,59 @@ static int find(unsigned int id)
  * sweep finds none (an orphan's own children reach the server only when it dies). */
 static int dirty;
 
+static int live_keeper(long pid)
+{
+    for (int k = 0; k < MAX_CMDS; k++)
+        if (cmds[k].rep >= 0 && cmds[k].keeper == pid)
+            return 1;
+    return 0;
+}
+
+/* Every process of a command whose keeper died before its report (the command killed
+ * it, or the server did because the launcher asked to end the command: a stopped or
+ * traced keeper cannot be relied on): SIGKILL each of our children that is not a live
+ * keeper and its whole subtree, reap each (our child: its pid is ours until we reap
+ * it), and again for the processes each death hands to us, until none is left. Only
+ * then is the command's end reported: nothing it made meets the next command. Never a
+ * blocking wait: a dead keeper its own command traced is reapable only once its tracer
+ * is gone too, and a tracer elsewhere (a concurrent command) could keep it so; after
+ * END_ROUNDS rounds of 1 ms the sweeps before each command take over (dirty). */
+#define END_ROUNDS 5000
+
+static void end_orphans(void)
+{
+    static long kids[4096];
+    for (int round = 0; round < END_ROUNDS; round++) {
+        /* Done only when a fresh listing shows none: each death (a reaping here, or a
+         * keeper's exit after the listing) may have handed us its children. */
+        int n = read_pids("/proc/1/task/1/children", kids, 4096), found = 0, left = 0;
+        for (int i = 0; i < n; i++) {
+            if (live_keeper(kids[i]))
+                continue;
+            found = 1;
+            sys6(NR_KILL, kids[i], SIGKILL, 0, 0, 0, 0);
+            kill_subtree(kids[i]);
+            int st;
+            if (sys6(NR_WAIT4, kids[i], (long)&st, WNOHANG | WALL, 0, 0, 0) != kids[i])
+                left = 1;
+        }
+        if (n >= 0 && !found) {
+            dirty = 0;
+            return;
+        }
+        if (left)
+            sys6(NR_POLL, 0, 0, 1, 0, 0, 0);   /* 1 ms: SIGKILLed processes take a moment to die */
+    }
+    dirty = 1;
+}
+
 static void sweep(void)
 {
     int killed = 0;
     static long kids[4096];
     int n = read_pids("/proc/1/task/1/children", kids, 4096);
     for (int i = 0; i < n; i++) {
-        int known = 0;
-        for (int k = 0; k < MAX_CMDS; k++)
-            known |= cmds[k].rep >= 0 && cmds[k].keeper == kids[i];
-        if (!known)
+        if (!live_keeper(kids[i]))
             sys6(NR_KILL, kids[i], SIGKILL, 0, 0, 0, 0), killed = 1;
     }
     dirty = killed;
@@ -468,6 +516,8 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
     cmds[slot] = (struct cmd){ id, k, 0, rp[0], 0 };
 }
 
+static void report(int k);
+
 static void frame(void)
 {
     unsigned int h[8];
@@ -500,9 +550,24 @@ static void frame(void)
         /* The keeper is not reaped before its report pipe is done with (reports are read
          * before children are reaped), so its pid is still its own here. */
         if (k >= 0 && cmds[k].pid > 0 && !cmds[k].exited) {
-            int info[32] = { SIG_RELAY, 0, -1 /* SI_QUEUE */ };
-            info[6] = (int)h[3];
-            sys6(NR_RT_SIGQUEUEINFO, cmds[k].keeper, SIG_RELAY, (long)info, 0, 0, 0);
+            if (h[3] == SIGKILL) {
+                /* Ending a command never waits for its keeper's cooperation: the
+                 * command may have stopped it (SIGSTOP), traced it, or made it block
+                 * a relay forever. SIGKILL reaches a stopped or traced keeper; its
+                 * pipe's end makes report() end the command's whole tree and report
+                 * SIGKILL, here and now, before the next frame: a caller that does
+                 * not wait for the exit (a cancelled asyncio run) and starts another
+                 * command finds nothing of this one. */
+                sys6(NR_KILL, cmds[k].keeper, SIGKILL, 0, 0, 0, 0);
+                struct pollfd p = { cmds[k].rep, POLLIN, 0 };
+                for (int i = 0; i < END_ROUNDS && cmds[k].rep >= 0; i++)
+                    if (sys6(NR_POLL, (long)&p, 1, 1, 0, 0, 0) > 0)
+                        report(k);
+            } else {
+                int info[32] = { SIG_RELAY, 0, -1 /* SI_QUEUE */ };
+                info[6] = (int)h[3];
+                sys6(NR_RT_SIGQUEUEINFO, cmds[k].keeper, SIG_RELAY, (long)info, 0, 0, 0);
+            }
         }
     }
     for (int k = 0; k < nfds; k++)
@@ -525,18 +590,17 @@ static void report(int k)
     }
     if (r == -EAGAIN)
         return;
-    /* The keeper died before it reported (killed by a command): say SIGKILL. */
-    if (!cmds[k].exited)
-        put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : ECHILD,
-                  cmds[k].pid ? 0 : 5);
     sys6(NR_CLOSE, cmds[k].rep, 0, 0, 0, 0, 0);
     cmds[k].rep = -1;
-    if (!cmds[k].exited) {
-        /* Its pipe closes before its children are reparented to us: sweep now, and
-         * again after each reaping until a sweep finds nobody. */
-        sweep();
-        dirty = 1;
-    }
+    if (cmds[k].exited)
+        return;
+    /* The keeper died before it reported (killed by the command, or by us on the
+     * launcher's SIGKILL): its whole tree ends (its pipe closes before its children
+     * are handed to us: end_orphans waits for the keeper itself too), then SIGKILL
+     * is reported. */
+    end_orphans();
+    put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : ECHILD,
+              cmds[k].pid ? 0 : 5);
 }
 
 void __attribute__((noreturn, used)) psb_session_main(long *sp)

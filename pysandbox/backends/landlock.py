@@ -5,14 +5,19 @@ The domain keeps everything the command starts away from the sandbox's init (no 
 no /proc/PID/{mem,environ,fd,ns}, no pidfd_getfd), so the init can be dumpable: its
 owner reads it as with bwrap's pid 1 (docs/ARCHITECTURE.md, "The reported pid"):
 
-* ``FS``: handles making a block device only (Landlock ABI 1). A domain that handles
-  any filesystem right forbids mount and pivot_root, so only for a command that cannot
-  mount (``Plan.command_may_mount``).
 * ``SIGNAL``: handles no access right, scopes signals (ABI 6): mount, pivot_root and
   nested sandboxes work; the command cannot signal a process outside its domain (the
-  init, a session's server and keepers). For a command that may mount.
+  init, a session's server and keepers: a command that could SIGSTOP its keeper could
+  hold its own end). Every command, wherever the kernel has it (one rule for every
+  path: a kind decided per path once left a session's keeper signalable).
+* ``FS``: handles making a block device only (Landlock ABI 1), on kernels before ABI
+  6. A domain that handles any filesystem right forbids mount and pivot_root, so only
+  for a command that cannot mount (``Plan.command_may_mount``).
 * ``NONE``: no Landlock, a command that may mount on a kernel before ABI 6, or
   ``PYSANDBOX_NO_LANDLOCK=1``: the init stays undumpable, as before Landlock.
+
+Without the signal scope a command can signal what holds its lifetime; nothing that
+ends a command depends on that (a session's server SIGKILLs a keeper itself).
 """
 
 from __future__ import annotations
@@ -67,8 +72,8 @@ def kind(may_mount: bool, abi_version: int | None = None) -> int:
     on a host of Landlock ABI ``abi_version`` (default: this host's, :func:`abi`).
     Fail closed: no domain means an undumpable init, never an init the command reaches."""
     v = abi() if abi_version is None else abi_version
-    if v < 1:
+    if v >= SIGNAL_ABI:
+        return SIGNAL
+    if v < 1 or may_mount:
         return NONE
-    if not may_mount:
-        return FS
-    return SIGNAL if v >= SIGNAL_ABI else NONE
+    return FS

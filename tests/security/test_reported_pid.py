@@ -194,17 +194,31 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("config", ["no-caps", "nested-userns", "cap-sys-admin"])
 def test_signals_out_of_a_signal_scoped_domain_are_refused(backend, tmp_path, config):
-    """The one change the signal-scoped domain (a command that may mount) makes beyond
-    ptrace: no signal from the command to pid 1 or its parent (the init; a session's
-    server and keeper). A filesystem domain (a command that cannot mount) leaves
-    signals as they were: the control, as is the command's own child."""
+    """Wherever the kernel has Landlock's signal scope, every command's domain scopes
+    signals, whether it may mount or not: no signal from the command to pid 1 or its
+    parent (the init; a session's server and keeper: a command that could SIGSTOP its
+    keeper could hold its own end). The command's own child is the control."""
+    why = host_capability("landlock_signal_scope")
+    if why is not None:
+        need("landlock_signal_scope", why)
     policy = _config(config, tmp_path)
     done = pysandbox.run([sys.executable, "-I", "-c", SIGNALS], policy=policy, backend=backend,
                          capture_output=True, timeout=oracles.PROBE_TIMEOUT)
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
-    outside = "Operation not permitted" if CONFIGS[config][1] else "ok"
-    assert got == {"pid1": outside, "parent": outside, "child": "ok"}, got
+    assert got == {"pid1": "Operation not permitted", "parent": "Operation not permitted", "child": "ok"}, got
+
+
+@pytest.mark.parametrize("config", ["no-caps", "nested-userns"])
+def test_control_without_landlock_signals_reach_pid1(backend, tmp_path, monkeypatch, config):
+    """The live control of the line above: without the command's domain
+    (PYSANDBOX_NO_LANDLOCK=1) the same probe signals pid 1 and its parent."""
+    policy = _config(config, tmp_path)
+    monkeypatch.setenv("PYSANDBOX_NO_LANDLOCK", "1")
+    done = pysandbox.run([sys.executable, "-I", "-c", SIGNALS], policy=policy, backend=backend,
+                         capture_output=True, timeout=oracles.PROBE_TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"pid1": "ok", "parent": "ok", "child": "ok"}
 
 
 TRACEME = r'''
