@@ -63,15 +63,20 @@ class Egress:
     order) stay readable after close. The engine logs each event on the ``pysandbox``
     logger (``pysandbox.proxy.events``: refusals as warnings) and calls ``on_event`` on the
     proxy's thread (an exception it raises is logged, never reaches the proxy).
+    ``head_timeout``, ``idle_timeout`` and ``max_connections`` are the engine's bounds
+    (the policy's :class:`pysandbox.policy.Network` fields).
 
     Raises:
         PolicyError: an allow-list entry is invalid (``invalid_value``).
     """
 
-    def __init__(self, hosts, *, on_event=None, resolver=None, port: int = PROXY_PORT):
+    def __init__(self, hosts, *, on_event=None, resolver=None, port: int = PROXY_PORT, head_timeout: float = 10.0,
+                 idle_timeout: float = 300.0, max_connections: int = 1024):
         from .proxy.rules import AllowList
         check_callback(on_event)
         self.port = port
+        self._bounds = {"head_timeout": head_timeout, "idle_timeout": idle_timeout,
+                        "max_connections": max_connections}
         self.allow = AllowList.from_strings(tuple(hosts))
         self._on_event = on_event
         self._resolver = resolver
@@ -111,7 +116,8 @@ class Egress:
                 for sock in listeners:
                     sock.close()
                 return
-            self._engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event)
+            self._engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event,
+                                       **self._bounds)
             self._engine.start()
 
     def close(self) -> None:

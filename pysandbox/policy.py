@@ -55,13 +55,24 @@ class Network:
     :func:`pysandbox.proxy.rules.parse_allow_host`). An empty ``allow_hosts`` refuses
     every request (each refusal is still an event: a way to see what a command tries).
 
+    The proxy's bounds (README.md, "Network proxy"): a client's request head must be
+    complete within ``head_timeout`` seconds (else ``timeout``: a slowloris is closed);
+    a relayed connection through which no byte went either way for ``idle_timeout``
+    seconds is closed; at most ``max_connections`` are served at once, fewer when the
+    launcher's descriptor limit leaves less room (pysandbox/proxy/budget.py).
+
     Raises:
-        PolicyError: an unknown mode or a bad allow-list entry (``invalid_value``);
-            ``allow_hosts`` without mode ``proxy`` (``conflicting_options``).
+        PolicyError: an unknown mode, a bad allow-list entry, a timeout that is not a
+            positive number of seconds or a negative ``max_connections``
+            (``invalid_value``); ``allow_hosts`` or a bound other than the default
+            without mode ``proxy`` (``conflicting_options``).
     """
 
     mode: str = "deny"
     allow_hosts: tuple[str, ...] = ()
+    head_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    max_connections: int = 1024
 
     def __post_init__(self):
         if self.mode not in NETWORK_MODES:
@@ -79,6 +90,20 @@ class Network:
             for host in hosts:
                 parse_allow_host(host)
         set_field(self, "allow_hosts", tuple(dict.fromkeys(hosts)))
+        for name in ("head_timeout", "idle_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+                raise PolicyError(f"{name} must be a positive number of seconds: {value!r}", Reason.INVALID_VALUE,
+                                  value, field=name)
+        if isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int) \
+                or not 0 <= self.max_connections < 2**31:
+            raise PolicyError(f"max_connections must be a non-negative integer: {self.max_connections!r}",
+                              Reason.INVALID_VALUE, self.max_connections, field="max_connections")
+        if self.mode != "proxy":
+            for name, default in (("head_timeout", 10.0), ("idle_timeout", 300.0), ("max_connections", 1024)):
+                if getattr(self, name) != default:
+                    raise PolicyError(f"{name} needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS,
+                                      getattr(self, name), field=name)
 
     @property
     def implemented(self) -> bool:
