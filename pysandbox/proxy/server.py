@@ -25,6 +25,7 @@ import collections
 import concurrent.futures
 import errno
 import logging
+import select
 import socket
 import threading
 import time
@@ -74,8 +75,9 @@ class EgressProxy:
     of it and what the process's descriptor pool allows (pysandbox/proxy/budget.py: the
     soft RLIMIT_NOFILE less a reserve and what is open, two descriptors a connection;
     :attr:`budget`). At the budget the proxy stops accepting until a connection ends: a
-    client waits in the listener's backlog, costing the launcher nothing; each time that
-    happens is one ``too_many_connections`` event. ``head_timeout`` bounds the client's
+    client waits in the listener's backlog, costing the launcher nothing; one
+    ``too_many_connections`` event each time a client finds the budget used up after the
+    backlog was empty. ``head_timeout`` bounds the client's
     request (its whole head: a slowloris is closed, ``timeout``) and, through a tunnel,
     the TLS ClientHello; ``resolve_timeout`` and ``connect_timeout`` the resolution and
     each connection attempt; ``idle_timeout`` closes a relayed connection through which
@@ -176,10 +178,12 @@ class EgressProxy:
         return ok
 
     def _summary(self, kind: str, dropped: int) -> None:
-        if dropped:
-            per = self.log_burst if kind == "event" else 1
+        if dropped and kind == "event":
             logger.warning("proxy: %d more %s were not logged (more than %d a second); each event is counted "
-                           "and given to on_event", dropped, _NOT_LOGGED.get(kind, kind), per)
+                           "and given to on_event", dropped, _NOT_LOGGED[kind], self.log_burst)
+        elif dropped:
+            logger.warning("proxy: %d more %s were not logged (more than 1 a second)", dropped,
+                           _NOT_LOGGED.get(kind, kind))
 
     def _log_once_a_second(self, kind: str, level: int, msg: str, *args, exc_info=None) -> None:
         if self._admit(kind, 1):
@@ -313,7 +317,8 @@ class EgressProxy:
         descriptor) until a connection ends."""
         loop = asyncio.get_running_loop()
         while True:
-            await self._readable(loop, sock)
+            if await self._readable(loop, sock):
+                self._at_budget = False   # no client was waiting: the next wait at the budget is news
             await self._take_slot()
             try:
                 conn, _ = sock.accept()
@@ -337,13 +342,19 @@ class EgressProxy:
             self._tasks.add(task)
 
     @staticmethod
-    async def _readable(loop, sock: socket.socket) -> None:
+    async def _readable(loop, sock: socket.socket) -> bool:
+        """Return once a client waits on ``sock``; True when none did at first."""
+        poll = select.poll()
+        poll.register(sock.fileno(), select.POLLIN)
+        if poll.poll(0):
+            return False
         ready = loop.create_future()
         loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
         try:
             await ready
         finally:
             loop.remove_reader(sock.fileno())
+        return True
 
     async def _take_slot(self) -> None:
         """Return once this engine holds one more slot of the pool (waiting while the
@@ -351,7 +362,6 @@ class EgressProxy:
         while True:
             if self._slots < self.max_connections and self._pool.take():
                 self._slots += 1
-                self._at_budget = False
                 return
             if not self._at_budget:
                 self._at_budget = True
