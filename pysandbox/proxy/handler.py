@@ -288,13 +288,17 @@ class Connection:
     # ---------------------------------------------------------------- relaying
 
     async def _relay(self, tunnel: bool) -> None:
-        """Relay both ways. A tunnel ends when both directions have; a forwarded request
+        """Relay both ways. A tunnel ends when either side closed, once what that side
+        sent was passed on (RFC 9110 9.3.6: a tunnel whose client went away must not hold
+        the launcher's two descriptors until a silent upstream ends); a forwarded request
         when the origin server closes (it was asked to: ``Connection: close``)."""
         up = asyncio.create_task(self._pump_up(first_check=tunnel))
         down = asyncio.create_task(self._pump_down())
         try:
             if tunnel:
-                await asyncio.gather(up, down)
+                done, _ = await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()        # a Refusal of the first bytes' check
             else:
                 await down
         finally:

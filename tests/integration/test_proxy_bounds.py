@@ -398,3 +398,27 @@ def test_odd_connect_targets(echo, target, reason):
         s.close()
         assert wait_until(lambda: proxy.events)
     assert proxy.events[0].reason == reason, proxy.events
+
+
+def test_a_tunnel_ends_when_its_client_goes_even_if_the_upstream_is_silent():
+    # RFC 9110 9.3.6: once either side closed, the tunnel is closed. A client that went
+    # away must not leave the proxy holding two descriptors until a silent upstream
+    # ends or the idle timeout. Control: while the client stays, so does the tunnel.
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(4)
+    target = f"127.0.0.1:{upstream.getsockname()[1]}"
+    try:
+        with engine((target,)) as proxy:
+            s, head = tunnel(proxy, target)
+            assert head.startswith(b"HTTP/1.1 200 ")
+            server, _ = upstream.accept()
+            time.sleep(1.0)
+            assert proxy.active == 1                  # control: an idle tunnel with its client lives
+            s.close()
+            assert wait_until(lambda: proxy.active == 0, 5)
+            server.settimeout(5)
+            assert server.recv(10) == b""            # the proxy closed its side upstream
+            server.close()
+    finally:
+        upstream.close()
