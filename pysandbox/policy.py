@@ -11,8 +11,9 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from .checks import (as_tuple, canonical, check_fd, check_id, check_mode, check_path,  # noqa: F401
-                     check_size, require_hashable, set_field, validated)
+from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
+                     check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
+                     validated)
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
@@ -30,17 +31,6 @@ PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy")
 _ENV_NAME = re.compile(r"^[^=\x00]+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
-# Linux capability names (capability(7)), without the CAP_ prefix, lower case.
-CAPABILITIES = (
-    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid",
-    "setuid", "setpcap", "linux_immutable", "net_bind_service", "net_broadcast",
-    "net_admin", "net_raw", "ipc_lock", "ipc_owner", "sys_module", "sys_rawio",
-    "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot", "sys_nice",
-    "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write",
-    "audit_control", "setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm",
-    "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
-)
-
 
 
 # ---------------------------------------------------------------- network, environment
@@ -55,24 +45,17 @@ class Network:
     :func:`pysandbox.proxy.rules.parse_allow_host`). An empty ``allow_hosts`` refuses
     every request (each refusal is still an event: a way to see what a command tries).
 
-    The proxy's bounds (README.md, "Network proxy"): a client's request head must be
-    complete within ``head_timeout`` seconds (else ``timeout``: a slowloris is closed);
-    a relayed connection through which no byte went either way for ``idle_timeout``
-    seconds is closed; at most ``max_connections`` are served at once, fewer when the
-    launcher's descriptor limit leaves less room (pysandbox/proxy/budget.py).
-
     Raises:
-        PolicyError: an unknown mode, a bad allow-list entry, a timeout that is not a
-            positive number of seconds or a negative ``max_connections``
-            (``invalid_value``); ``allow_hosts`` or a bound other than the default
-            without mode ``proxy`` (``conflicting_options``).
+        PolicyError: an unknown mode, a bad allow-list entry or proxy bound (``invalid_value``);
+            ``allow_hosts`` or a bound without mode ``proxy`` (``conflicting_options``).
     """
 
     mode: str = "deny"
     allow_hosts: tuple[str, ...] = ()
-    head_timeout: float = 10.0
-    idle_timeout: float = 300.0
-    max_connections: int = 1024
+    # the proxy's bounds (README.md, "Network proxy"; pysandbox/proxy/budget.py)
+    head_timeout: float = PROXY_BOUNDS["head_timeout"]        # seconds for a client's whole request head
+    idle_timeout: float = PROXY_BOUNDS["idle_timeout"]        # a relayed connection idle this long is closed
+    max_connections: int = PROXY_BOUNDS["max_connections"]    # at most, fewer if the descriptor budget is less
 
     def __post_init__(self):
         if self.mode not in NETWORK_MODES:
@@ -90,20 +73,7 @@ class Network:
             for host in hosts:
                 parse_allow_host(host)
         set_field(self, "allow_hosts", tuple(dict.fromkeys(hosts)))
-        for name in ("head_timeout", "idle_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
-                raise PolicyError(f"{name} must be a positive number of seconds: {value!r}", Reason.INVALID_VALUE,
-                                  value, field=name)
-        if isinstance(self.max_connections, bool) or not isinstance(self.max_connections, int) \
-                or not 0 <= self.max_connections < 2**31:
-            raise PolicyError(f"max_connections must be a non-negative integer: {self.max_connections!r}",
-                              Reason.INVALID_VALUE, self.max_connections, field="max_connections")
-        if self.mode != "proxy":
-            for name, default in (("head_timeout", 10.0), ("idle_timeout", 300.0), ("max_connections", 1024)):
-                if getattr(self, name) != default:
-                    raise PolicyError(f"{name} needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS,
-                                      getattr(self, name), field=name)
+        check_proxy_bounds(self)
 
     @property
     def implemented(self) -> bool:

@@ -153,3 +153,61 @@ def test_idle_tunnels_cannot_take_the_launchers_descriptors(backend, tmp_path, s
     # the launcher's stderr: a few lines, whatever the command did
     assert len(done.stderr.splitlines()) <= 40, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
+
+
+IDLE = textwrap.dedent(r'''
+    import socket, sys, time
+    PROXY = ("127.0.0.1", 3128)
+    target = sys.argv[1].encode()
+    def tunnel():
+        s = socket.create_connection(PROXY, timeout=30)
+        s.sendall(b"CONNECT %s HTTP/1.1\r\n\r\n" % target)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(1)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        return s
+    def closed_after(s):
+        began = time.monotonic()
+        s.settimeout(30)
+        data = b""
+        while chunk := s.recv(100):
+            data += chunk
+        return data.split(b"\r\n")[0].decode() or "eof", round(time.monotonic() - began, 1)
+    silent = socket.create_connection(PROXY, timeout=30)
+    idle, active = tunnel(), tunnel()
+    got = b""
+    for i in range(10):                       # three idle timeouts of traffic
+        active.sendall(b"%d" % i)
+        got += active.recv(1)
+        time.sleep(0.3)
+    print("silent", *closed_after(silent))
+    print("idle", *closed_after(idle))
+    active.sendall(b"!")
+    print("active", (got + active.recv(1)).decode())
+''')
+
+
+def test_the_policys_timeouts_close_silent_and_idle_connections(backend, tmp_path):
+    # Network(head_timeout=1, idle_timeout=1): a connection that never sends a request
+    # gets 408 and is closed, an idle tunnel is closed; the control, a tunnel with a byte
+    # every 0.3 s for 3 s, lives on.
+    from tests.integration.test_proxy_bounds import Echo
+    echo = Echo()
+    try:
+        target = f"127.0.0.1:{echo.port}"
+        work = tmp_path / "work"
+        work.mkdir()
+        import pysandbox
+        policy = pysandbox.Policy.default(workdir=work, network=pysandbox.Network(
+            "proxy", (target,), head_timeout=1, idle_timeout=1))
+        done = pysandbox.run([python_in_sandbox(), "-I", "-c", IDLE, target], policy=policy, backend=backend,
+                             capture_output=True, text=True, timeout=120)
+    finally:
+        echo.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
+    assert rows["silent"][:3] == ["HTTP/1.1", "408", "Request"], rows      # closed by the head timeout
+    assert rows["idle"][0] == "eof" and float(rows["idle"][1]) < 5, rows
+    assert rows["active"] == ["0123456789!"], rows
+    assert [e.reason for e in done.proxy.events].count("timeout") == 1
