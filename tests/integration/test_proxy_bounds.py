@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -26,46 +25,13 @@ import pytest
 from pysandbox.proxy import budget
 from pysandbox.proxy.rules import AllowList
 from pysandbox.proxy.server import EgressProxy
-from tests.support import wait_until
-
-
-class Echo:
-    """A host listener on 127.0.0.1 that echoes every byte of every connection."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _echo(conn):
-        with conn:
-            try:
-                while data := conn.recv(65536):
-                    conn.sendall(data)
-            except OSError:
-                pass
-
-    def close(self):
-        self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-        self._thread.join(10)
+from tests.support import loopback, wait_until
+from tests.support.loopback import LoopbackServer
 
 
 @pytest.fixture
 def echo():
-    e = Echo()
+    e = LoopbackServer(loopback.echo)
     yield e
     e.close()
 

@@ -192,8 +192,8 @@ def test_the_policys_timeouts_close_silent_and_idle_connections(backend, tmp_pat
     # Network(head_timeout=1, idle_timeout=1): a connection that never sends a request
     # gets 408 and is closed, an idle tunnel is closed; the control, a tunnel with a byte
     # every 0.3 s for 3 s, lives on.
-    from tests.integration.test_proxy_bounds import Echo
-    echo = Echo()
+    from tests.support.loopback import LoopbackServer
+    echo = LoopbackServer()
     try:
         target = f"127.0.0.1:{echo.port}"
         work = tmp_path / "work"
