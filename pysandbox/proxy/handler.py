@@ -92,7 +92,7 @@ class Connection:
                 if w is not None:
                     w.close()
             if self.upstream is not None:
-                self.proxy._pool.closed(1)
+                self.proxy.descriptors(-1)
 
     def _refused(self, refusal: Refusal) -> None:
         if self.verdict is None:
@@ -266,7 +266,7 @@ class Connection:
             except OSError as exc:   # EMFILE: the launcher is short of descriptors
                 last = exc
                 continue
-            self.proxy._pool.opened(1)
+            self.proxy.descriptors(1)
             try:
                 sock.setblocking(False)
                 async with asyncio.timeout(self.proxy.connect_timeout):
@@ -276,11 +276,11 @@ class Connection:
                 return
             except (OSError, TimeoutError) as exc:
                 sock.close()
-                self.proxy._pool.closed(1)
+                self.proxy.descriptors(-1)
                 last = exc
             except BaseException:
                 sock.close()
-                self.proxy._pool.closed(1)
+                self.proxy.descriptors(-1)
                 raise
         code = 0x04 if isinstance(last, TimeoutError) or getattr(last, "errno", None) in (113, 101) else 0x05
         raise Refusal("connect_failed", f"cannot connect: {last or 'timed out'}", socks_code=code)

@@ -131,6 +131,7 @@ class EgressProxy:
         self._closed = False
         self._tasks: set = set()
         self._slots = 0           # connections of the pool this engine holds (served, or being accepted)
+        self._fds = 0             # descriptors its connections hold
         self._room: asyncio.Event | None = None   # set when one of ours ended
         self._at_budget = False   # waiting for room since the last too_many_connections event
         self._measured = -1e9
@@ -267,6 +268,7 @@ class EgressProxy:
                 executor.shutdown(wait=True, cancel_futures=True)
                 loop.close()
                 self._close_listeners()
+                self._return_to_pool()
                 for kind, dropped in self._throttle.flush().items():
                     self._summary(kind, dropped)
 
@@ -337,7 +339,7 @@ class EgressProxy:
             except BaseException:
                 self._give_slot()
                 raise
-            self._pool.opened(1)
+            self.descriptors(1)
             task = loop.create_task(self._serve(conn))
             self._tasks.add(task)
 
@@ -377,6 +379,21 @@ class EgressProxy:
             if time.monotonic() - self._measured >= _REMEASURE:
                 self._measure()
 
+    def descriptors(self, n: int) -> None:
+        """``n`` descriptors more (or fewer) held by this engine's connections."""
+        self._fds += n
+        if n > 0:
+            self._pool.opened(n)
+        else:
+            self._pool.closed(-n)
+
+    def _return_to_pool(self) -> None:
+        """At the end: what connections the loop could not close in time still held."""
+        for _ in range(max(0, self._slots)):
+            self._pool.give()
+        self._pool.closed(max(0, self._fds))
+        self._slots = self._fds = 0
+
     def _give_slot(self) -> None:
         self._slots -= 1
         self._pool.give()
@@ -397,6 +414,6 @@ class EgressProxy:
                 writer.close()
             else:
                 conn.close()
-            self._pool.closed(1)
+            self.descriptors(-1)
             self._tasks.discard(task)
             self._give_slot()

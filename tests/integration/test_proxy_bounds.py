@@ -133,6 +133,7 @@ def test_at_the_budget_the_proxy_spends_no_descriptor():
         assert all(a.startswith(b"HTTP/1.1 403") for a in answers)
         assert wait_until(lambda: proxy.active == 0)
     assert [e.reason for e in proxy.events].count("too_many_connections") == 1
+    assert (budget.POOL.connections, budget.POOL.descriptors) == (0, 0)   # all given back to the pool
     assert wait_until(lambda: len(os.listdir("/proc/self/fd")) == outer)
 
 
