@@ -8,6 +8,19 @@ import os
 
 from .errors import PolicyError, Reason
 
+# Linux capability names (capability(7)), without the CAP_ prefix, lower case.
+CAPABILITIES = (
+    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid",
+    "setuid", "setpcap", "linux_immutable", "net_bind_service", "net_broadcast",
+    "net_admin", "net_raw", "ipc_lock", "ipc_owner", "sys_module", "sys_rawio",
+    "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot", "sys_nice",
+    "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write",
+    "audit_control", "setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm",
+    "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
+)
+# network proxy mode's bounds and their defaults (policy.Network, pysandbox/proxy/server.py)
+PROXY_BOUNDS = {"head_timeout": 10.0, "idle_timeout": 300.0, "max_connections": 1024}
+
 
 def check_path(path, what: str = "path", field: str | None = None) -> str:
     """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/'). ``field``
@@ -133,3 +146,21 @@ def require_hashable(item, what: str) -> bool:
     except TypeError:
         raise PolicyError(f"{what} entries must be names: {item!r}", Reason.INVALID_VALUE, item) from None
     return True
+
+
+def check_proxy_bounds(network) -> None:
+    """``network``'s head_timeout and idle_timeout are positive seconds, its
+    max_connections a count; none differs from its default outside mode ``proxy``."""
+    for name in ("head_timeout", "idle_timeout"):
+        value = getattr(network, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1e9:
+            raise PolicyError(f"{name} must be a positive number of seconds: {value!r}", Reason.INVALID_VALUE,
+                              value, field=name)
+    count = network.max_connections
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count < 2**31:
+        raise PolicyError(f"max_connections must be a non-negative integer: {count!r}", Reason.INVALID_VALUE,
+                          count, field="max_connections")
+    for name, default in PROXY_BOUNDS.items():
+        if network.mode != "proxy" and getattr(network, name) != default:
+            raise PolicyError(f"{name} needs network mode 'proxy'", Reason.CONFLICTING_OPTIONS,
+                              getattr(network, name), field=name)

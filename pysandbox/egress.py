@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 
 from .errors import PolicyError, Reason, SetupError
-from .policy import PROXY_ENV_NAMES, PROXY_PORT
+from .policy import PROXY_BOUNDS, PROXY_ENV_NAMES, PROXY_PORT
 
 def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
     """The variables a proxy-mode command gets (both spellings; NO_PROXY is unset, never
@@ -63,15 +63,22 @@ class Egress:
     order) stay readable after close. The engine logs each event on the ``pysandbox``
     logger (``pysandbox.proxy.events``: refusals as warnings) and calls ``on_event`` on the
     proxy's thread (an exception it raises is logged, never reaches the proxy).
+    ``bounds``: ``head_timeout``, ``idle_timeout``, ``max_connections``, the engine's
+    (the policy's :class:`pysandbox.policy.Network` fields; default ``PROXY_BOUNDS``).
 
     Raises:
         PolicyError: an allow-list entry is invalid (``invalid_value``).
+        TypeError: a bound that is not one of ``PROXY_BOUNDS``.
     """
 
-    def __init__(self, hosts, *, on_event=None, resolver=None, port: int = PROXY_PORT):
+    def __init__(self, hosts, *, on_event=None, resolver=None, port: int = PROXY_PORT, **bounds):
         from .proxy.rules import AllowList
         check_callback(on_event)
         self.port = port
+        unknown = set(bounds) - set(PROXY_BOUNDS)
+        if unknown:
+            raise TypeError(f"Egress: unknown bounds {sorted(unknown)}")
+        self._bounds = {**PROXY_BOUNDS, **bounds}
         self.allow = AllowList.from_strings(tuple(hosts))
         self._on_event = on_event
         self._resolver = resolver
@@ -111,7 +118,8 @@ class Egress:
                 for sock in listeners:
                     sock.close()
                 return
-            self._engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event)
+            self._engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event,
+                                       **self._bounds)
             self._engine.start()
 
     def close(self) -> None:

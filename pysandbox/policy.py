@@ -11,8 +11,9 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from .checks import (as_tuple, canonical, check_fd, check_id, check_mode, check_path,  # noqa: F401
-                     check_size, require_hashable, set_field, validated)
+from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
+                     check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
+                     validated)
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
@@ -32,17 +33,6 @@ PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy")
 _ENV_NAME = re.compile(r"^[^=\x00]+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
-# Linux capability names (capability(7)), without the CAP_ prefix, lower case.
-CAPABILITIES = (
-    "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid",
-    "setuid", "setpcap", "linux_immutable", "net_bind_service", "net_broadcast",
-    "net_admin", "net_raw", "ipc_lock", "ipc_owner", "sys_module", "sys_rawio",
-    "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot", "sys_nice",
-    "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write",
-    "audit_control", "setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm",
-    "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
-)
-
 
 
 # ---------------------------------------------------------------- network, environment
@@ -58,12 +48,16 @@ class Network:
     every request (each refusal is still an event: a way to see what a command tries).
 
     Raises:
-        PolicyError: an unknown mode or a bad allow-list entry (``invalid_value``);
-            ``allow_hosts`` without mode ``proxy`` (``conflicting_options``).
+        PolicyError: an unknown mode, a bad allow-list entry or proxy bound (``invalid_value``);
+            ``allow_hosts`` or a bound without mode ``proxy`` (``conflicting_options``).
     """
 
     mode: str = "deny"
     allow_hosts: tuple[str, ...] = ()
+    # the proxy's bounds (README.md, "Network proxy"; pysandbox/proxy/budget.py)
+    head_timeout: float = PROXY_BOUNDS["head_timeout"]        # seconds for a client's whole request head
+    idle_timeout: float = PROXY_BOUNDS["idle_timeout"]        # a relayed connection idle this long is closed
+    max_connections: int = PROXY_BOUNDS["max_connections"]    # at most, fewer if the descriptor budget is less
 
     def __post_init__(self):
         if self.mode not in NETWORK_MODES:
@@ -81,6 +75,7 @@ class Network:
             for host in hosts:
                 parse_allow_host(host)
         set_field(self, "allow_hosts", tuple(dict.fromkeys(hosts)))
+        check_proxy_bounds(self)
 
     @property
     def implemented(self) -> bool:

@@ -171,7 +171,10 @@ class SandboxProcess(BackendPopen):
         if self.plan.network.mode == "proxy":
             # _proxy_resolver: tests only (names of test hosts in a network namespace the
             # test made); the default is the engine's, the host's resolver.
-            self.proxy = Egress(self.plan.network.allow_hosts, on_event=on_proxy_event, resolver=_proxy_resolver)
+            net = self.plan.network
+            self.proxy = Egress(net.allow_hosts, on_event=on_proxy_event, resolver=_proxy_resolver,
+                                head_timeout=net.head_timeout, idle_timeout=net.idle_timeout,
+                                max_connections=net.max_connections)
             apply_proxy_env(self._sandbox_env, self.proxy.port)
         else:
             check_callback(on_proxy_event)

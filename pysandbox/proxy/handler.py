@@ -1,8 +1,11 @@
 """One client connection of the proxy, from its first byte to its event.
 
-The first byte chooses the protocol (0x05: SOCKS5, else HTTP). Every phase before the
-relay has a deadline (a silent or slow client is dropped, ``timeout``), every read is
-bounded (a head over 64 KiB is ``bad_request``), and the decision is the same for the
+The first byte chooses the protocol (0x05: SOCKS5, else HTTP). Every phase has a
+deadline: the client's whole request within ``head_timeout`` (a silent or slow client,
+a slowloris, is dropped: ``timeout``), the resolution and each connection attempt
+within theirs, and once relaying, a connection through which no byte went either way
+for ``idle_timeout`` is closed. Every read is bounded (a head over 64 KiB is
+``bad_request``), and the decision is the same for the
 three protocols (:meth:`Connection.decide`): the host must match the allow list, a name
 is resolved on the host by the proxy's resolver, every answer that is a special address
 (pysandbox/proxy/addresses.py) must itself be listed, and the proxy connects to exactly
@@ -20,7 +23,7 @@ import time
 
 from . import httphead, sni
 from .addresses import is_special, parse_address
-from .events import ALLOWED, REFUSED, ProxyEvent
+from .events import ALLOWED, REFUSED, ProxyEvent, printable
 from .rules import normalise_host, normalise_name
 
 __all__ = ["Connection", "Refusal"]
@@ -60,6 +63,7 @@ class Connection:
         self.greeted = False      # SOCKS5: the method was chosen, a request reply may follow
         self.verdict: tuple[str, str] | None = None
         self.emitted = False
+        self._idle = None         # the relay's deadline (asyncio.Timeout), moved on by every byte
 
     # ---------------------------------------------------------------- life
 
@@ -87,6 +91,8 @@ class Connection:
             for w in (self.upstream, self.writer):
                 if w is not None:
                     w.close()
+            if self.upstream is not None:
+                self.proxy.descriptors(-1)
 
     def _refused(self, refusal: Refusal) -> None:
         if self.verdict is None:
@@ -122,7 +128,7 @@ class Connection:
             pass
 
     async def _serve(self) -> None:
-        timeout = self.proxy.handshake_timeout
+        timeout = self.proxy.head_timeout
         try:
             async with asyncio.timeout(timeout):
                 first = await self.reader.read(1)
@@ -130,19 +136,42 @@ class Connection:
                     return        # closed without a request: nothing to decide
                 if first == b"\x05":
                     self.protocol = "socks5"
-                    await self._socks_request()
+                    request = None
+                    host, port = await self._socks_request()
                 else:
-                    await self._http_request(first)
+                    request = await self._http_request(first)
+                    host, port = request.host, request.port
         except TimeoutError:
             raise Refusal("timeout", f"no complete request within {timeout:g} s") from None
-        if self.protocol == "http":
-            await self._relay(tunnel=False)
+        await self.decide(host, port)      # bounded by resolve_timeout and connect_timeout
+        async with asyncio.timeout(self.proxy.idle_timeout) as self._idle:
+            await self._reply(request)
+            await self._relay(tunnel=self.protocol != "http")
+
+    def _active(self) -> None:
+        """A byte went through: the idle deadline starts again."""
+        self._idle.reschedule(asyncio.get_running_loop().time() + self.proxy.idle_timeout)
+
+    async def _reply(self, request) -> None:
+        """The protocol's answer once connected: ``200`` to ``CONNECT``, the SOCKS5
+        success, or the forwarded request's head to its origin server."""
+        if request is None:
+            self.replied = True
+            self.writer.write(_SOCKS_OK)
+            await self.writer.drain()
+        elif request.is_connect:
+            self.replied = True
+            self.writer.write(httphead.reply(200))
+            await self.writer.drain()
         else:
-            await self._relay(tunnel=True)
+            head = request.forward_head()
+            self.upstream.write(head)
+            self.bytes_up += len(head)
+            await self.upstream.drain()
 
     # ---------------------------------------------------------------- protocols
 
-    async def _http_request(self, first: bytes) -> None:
+    async def _http_request(self, first: bytes) -> httphead.Request:
         try:
             rest = await self.reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
@@ -154,18 +183,9 @@ class Connection:
         except httphead.BadRequest as exc:
             raise Refusal("bad_request", str(exc)) from None
         self.protocol = "connect" if request.is_connect else "http"
-        await self.decide(request.host, request.port)
-        if request.is_connect:
-            self.replied = True
-            self.writer.write(httphead.reply(200))
-            await self.writer.drain()
-        else:
-            head = request.forward_head()
-            self.upstream.write(head)
-            self.bytes_up += len(head)
-            await self.upstream.drain()
+        return request
 
-    async def _socks_request(self) -> None:
+    async def _socks_request(self) -> tuple[str, int]:
         methods = await self.reader.readexactly((await self.reader.readexactly(1))[0])
         if 0x00 not in methods:
             self.writer.write(b"\x05\xff")
@@ -190,20 +210,17 @@ class Connection:
         else:
             raise Refusal("bad_request", f"address type {atyp}", socks_code=0x08)
         port = int.from_bytes(await self.reader.readexactly(2), "big")
-        self.host, self.port = host[:255], port
+        self.host, self.port = printable(host), port
         if cmd != 0x01:
             raise Refusal("unsupported_command", f"SOCKS5 command {cmd}", socks_code=0x07)
-        await self.decide(host, port)
-        self.replied = True
-        self.writer.write(_SOCKS_OK)
-        await self.writer.drain()
+        return host, port
 
     # ---------------------------------------------------------------- the decision
 
     async def decide(self, host: str, port: int) -> None:
         """Check ``host:port`` and connect to it (``self.upstream``), or raise Refusal."""
         norm = normalise_host(host)
-        self.host, self.port = (norm[0] if norm else host[:255]), port
+        self.host, self.port = (norm[0] if norm else printable(host)), port
         if norm is None:
             raise Refusal("bad_request", "not a valid host name or address", socks_code=0x01)
         name, literal = norm
@@ -244,7 +261,12 @@ class Connection:
         last = None
         for addr in addresses:
             family = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            except OSError as exc:   # EMFILE: the launcher is short of descriptors
+                last = exc
+                continue
+            self.proxy.descriptors(1)
             try:
                 sock.setblocking(False)
                 async with asyncio.timeout(self.proxy.connect_timeout):
@@ -254,9 +276,11 @@ class Connection:
                 return
             except (OSError, TimeoutError) as exc:
                 sock.close()
+                self.proxy.descriptors(-1)
                 last = exc
             except BaseException:
                 sock.close()
+                self.proxy.descriptors(-1)
                 raise
         code = 0x04 if isinstance(last, TimeoutError) or getattr(last, "errno", None) in (113, 101) else 0x05
         raise Refusal("connect_failed", f"cannot connect: {last or 'timed out'}", socks_code=code)
@@ -264,13 +288,17 @@ class Connection:
     # ---------------------------------------------------------------- relaying
 
     async def _relay(self, tunnel: bool) -> None:
-        """Relay both ways. A tunnel ends when both directions have; a forwarded request
+        """Relay both ways. A tunnel ends when either side closed, once what that side
+        sent was passed on (RFC 9110 9.3.6: a tunnel whose client went away must not hold
+        the launcher's two descriptors until a silent upstream ends); a forwarded request
         when the origin server closes (it was asked to: ``Connection: close``)."""
         up = asyncio.create_task(self._pump_up(first_check=tunnel))
         down = asyncio.create_task(self._pump_down())
         try:
             if tunnel:
-                await asyncio.gather(up, down)
+                done, _ = await asyncio.wait((up, down), return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()        # a Refusal of the first bytes' check
             else:
                 await down
         finally:
@@ -296,6 +324,7 @@ class Connection:
         try:
             while True:
                 if data:
+                    self._active()
                     writer.write(data)
                     setattr(self, counter, getattr(self, counter) + len(data))
                     await writer.drain()
@@ -311,7 +340,7 @@ class Connection:
         """The client's first bytes through a tunnel, once checked (None: it sent none);
         Refusal when a ClientHello names another host, or none on port 443."""
         must_tls = self.port == 443 and not self.literal
-        limit = self.proxy.handshake_timeout
+        limit = self.proxy.head_timeout
         try:
             if must_tls:
                 async with asyncio.timeout(limit):
@@ -325,13 +354,17 @@ class Connection:
                     raise Refusal("not_tls", "port 443 of a name is reached with TLS only", address=self.address)
                 return data
             async with asyncio.timeout(limit):
-                hello = sni.parse_client_hello(data)
+                self._active()
+                parser = sni.HelloReader()      # each byte parsed once, however the client cuts them
+                hello = parser.feed(data)
+                buf = bytearray(data)
                 while hello.status == sni.NEED_MORE:
                     more = await self.reader.read(CHUNK)
                     if not more:
                         return None
-                    data += more
-                    hello = sni.parse_client_hello(data)
+                    buf += more
+                    hello = parser.feed(more)
+                data = bytes(buf)
         except TimeoutError:
             raise Refusal("timeout", "no TLS ClientHello in time", address=self.address) from None
         if self.literal:
@@ -342,5 +375,5 @@ class Connection:
         if hello.sni is None:
             raise Refusal("sni_missing", "the TLS ClientHello names no server", address=self.address)
         if normalise_name(hello.sni) != self.host:
-            raise Refusal("sni_mismatch", f"the TLS ClientHello names {hello.sni[:255]!r}", address=self.address)
+            raise Refusal("sni_mismatch", f"the TLS ClientHello names {printable(hello.sni)!r}", address=self.address)
         return data

@@ -338,7 +338,7 @@ def test_socks5_reply_codes(lab):
 # ---------------------------------------------------------------- a hostile client
 
 def test_slow_and_oversized_requests_are_cut(lab):
-    with running(lab, ("pypi.test", *lab.listed), handshake_timeout=1.0) as proxy:
+    with running(lab, ("pypi.test", *lab.listed), head_timeout=1.0) as proxy:
         with socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=30) as s:
             s.sendall(b"GET http://pypi.test/echo/slow HTTP/1.1\r\nX: ")        # and never finishes
             assert read_all(s).startswith(b"HTTP/1.1 408 ")
@@ -360,7 +360,7 @@ def test_garbage_never_stops_the_proxy(lab, caplog):
     rng = random.Random(1717)
     prefixes = (b"", b"\x05", b"\x05\x01\x00", b"\x05\x01\x00\x05\x01\x00\x03", b"CONNECT ", b"GET http://",
                 b"CONNECT pypi.test:443 HTTP/1.1\r\n\r\n\x16\x03\x01", b"\x16\x03\x01\x02\x00\x01")
-    with running(lab, ("pypi.test", *lab.listed), handshake_timeout=2.0) as proxy:
+    with running(lab, ("pypi.test", *lab.listed), head_timeout=2.0) as proxy:
         for i in range(120):
             with socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) as s:
                 junk = prefixes[i % len(prefixes)] + rng.randbytes(rng.randrange(0, 300))
@@ -381,8 +381,9 @@ def test_garbage_never_stops_the_proxy(lab, caplog):
 
 def test_one_engine_serves_every_listener_with_one_budget():
     """A sandbox's two listeners (127.0.0.1 and ::1 in proxy mode; two IPv4 ones here):
-    one loop thread serves both, the connection limit counts them together, and close()
-    closes both. Needs no lab: refusals only, nothing leaves loopback."""
+    one loop thread serves both, the connection budget counts them together (at the
+    budget neither accepts), and close() closes both. Needs no lab: refusals only,
+    nothing leaves loopback."""
     socks = []
     for _ in range(2):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -397,18 +398,24 @@ def test_one_engine_serves_every_listener_with_one_budget():
         assert proxy.address[1] == ports[0]
         assert len([t for t in threading.enumerate()
                     if t.name == "pysandbox-proxy" and t.ident not in before]) == 1
-        with socket.create_connection(("127.0.0.1", ports[0]), timeout=20):
-            assert wait_until(lambda: proxy.active == 1)
-            with socket.create_connection(("127.0.0.1", ports[1]), timeout=20) as extra:
-                assert read_all(extra) == b""          # over the shared budget: closed at once
-        assert wait_until(lambda: proxy.active == 0)
-        for port in ports:                             # each listener decides (a refusal here)
+        held = socket.create_connection(("127.0.0.1", ports[0]), timeout=20)
+        assert wait_until(lambda: proxy.active == 1)
+        with socket.create_connection(("127.0.0.1", ports[1]), timeout=20) as waiting:
+            waiting.sendall(b"GET http://not-listed.test/ HTTP/1.1\r\nHost: not-listed.test\r\n\r\n")
+            waiting.settimeout(1.0)
+            with pytest.raises(TimeoutError):        # over the shared budget: not accepted, no answer
+                waiting.recv(100)
+            assert proxy.active == 1
+            held.close()                             # room again: the waiting client is served
+            waiting.settimeout(20)
+            assert read_all(waiting).startswith(b"HTTP/1.1 403")
+        for port in ports:                           # each listener decides (a refusal here)
             with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
                 s.sendall(b"GET http://not-listed.test/ HTTP/1.1\r\nHost: not-listed.test\r\n\r\n")
                 assert read_all(s).startswith(b"HTTP/1.1 403"), port
-        events = settled(proxy, 3)
-        assert [e.reason for e in events][:1] == ["too_many_connections"]
-        assert proxy.counts == {"allowed": 0, "refused": 3}
+        events = settled(proxy, 4)
+        assert [e.reason for e in events][:2] == ["too_many_connections", "not_allowed"]
+        assert proxy.counts == {"allowed": 0, "refused": 4}
     finally:
         proxy.close()
     assert all(sock.fileno() == -1 for sock in socks)
@@ -456,24 +463,38 @@ def test_a_flood_of_refusals_is_logged_at_most_log_burst_a_second(caplog):
     assert (len(logged), summaries) == (10, [])
 
 
-def test_connection_limit_refuses_and_logs_the_excess(lab, caplog):
+def test_at_the_connection_limit_nothing_is_accepted_until_one_ends(lab, caplog):
+    """At ``max_connections`` the proxy stops accepting: 20 more clients wait in the
+    listener's backlog and cost this process no descriptor (the proxy's own count does
+    not move), one ``too_many_connections`` event says so, logged once. Control: once
+    the idle connections end, every waiting client is served, never more than the
+    limit at once."""
     with running(lab, ("pypi.test", *lab.listed), max_connections=3) as proxy:
         idle = [socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) for _ in range(3)]
         assert wait_until(lambda: proxy.active == 3)
-        began = time.monotonic()
-        for _ in range(20):
-            with socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) as extra:
-                assert read_all(extra) == b""
-        events = settled(proxy, 20)
-        took = time.monotonic() - began
-        assert [e.reason for e in events] == ["too_many_connections"] * 20
-        # each counted and delivered, the flood logged once a second at most
-        assert proxy.counts["refused"] == 20
-        logged = [r for r in caplog.records if "too_many_connections" in r.getMessage()]
-        assert 1 <= len(logged) <= 1 + int(took)
+        fds = len(os.listdir("/proc/self/fd"))
+        waiting = [socket.create_connection(("127.0.0.1", proxy.address[1]), timeout=20) for _ in range(20)]
+        for i, s in enumerate(waiting):
+            s.sendall(f"GET http://pypi.test/echo/w{i} HTTP/1.1\r\nHost: pypi.test\r\n\r\n".encode())
+        time.sleep(1.0)
+        assert proxy.active == 3
+        assert len(os.listdir("/proc/self/fd")) == fds + 20      # the clients' own sockets, nothing of the proxy's
+        assert [e.reason for e in proxy.events] == ["too_many_connections"]
+        assert len([r for r in caplog.records if "too_many_connections" in r.getMessage()]) == 1
+        most = []
+        sampler = threading.Thread(target=lambda: [most.append(proxy.active) or time.sleep(0.005)
+                                                   for _ in range(400)], daemon=True)
+        sampler.start()
         for s in idle:
             s.close()
-        assert wait_until(lambda: proxy.active == 0)
+        bodies = [read_all(s) for s in waiting]
+        sampler.join()
+        for s in waiting:
+            s.close()
+        assert all(b.endswith(f"upstream http host=pypi.test path=/echo/w{i}\n".encode())
+                   for i, b in enumerate(bodies)), bodies
+        assert max(most) <= 3
+        assert wait_until(lambda: proxy.counts["allowed"] == 20)
         # control: below the limit again, a request goes through
         assert curl("--proxy", url(proxy), "http://pypi.test/echo/after")[1].startswith("upstream http")
 

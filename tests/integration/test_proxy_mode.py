@@ -21,7 +21,8 @@ import pytest
 
 import pysandbox
 from pysandbox.errors import NetworkModeUnsupported, PolicyError, Reason
-from tests.support import force_python_bwrap_init, python_in_sandbox, tunnel
+from tests.support import force_python_bwrap_init, loopback, python_in_sandbox, tunnel
+from tests.support.loopback import LoopbackServer
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -40,42 +41,9 @@ def _py(code: str) -> list[str]:
     return [python_in_sandbox(), "-I", "-c", code]
 
 
-class _Echo:
-    """A host listener on 127.0.0.1 that answers each connection with one line."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(256)
-        self.port = self.sock.getsockname()[1]
-        self.hits = 0
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.hits += 1
-            with conn:
-                try:
-                    conn.sendall(b"HOST-ECHO\n")
-                except OSError:
-                    pass
-
-    def close(self):
-        # close() alone does not wake a thread blocked in accept(); shutdown() does
-        self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-        self._thread.join(10)
-        assert not self._thread.is_alive()
-
-
 @pytest.fixture
 def echo():
-    e = _Echo()
+    e = LoopbackServer(loopback.one_line)
     yield e
     e.close()
 

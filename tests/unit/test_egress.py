@@ -74,3 +74,38 @@ def test_plan_has_the_listener_right_after_loopback_in_proxy_mode_only(tmp_path)
     assert ops[ops.index("LoopbackUp") + 1] == "ProxyListener"
     for mode in ("deny", "allow"):
         assert P.compile(pysandbox.Policy.default(workdir=tmp_path, network=mode)).first(P.ProxyListener) is None
+
+
+def test_the_policys_proxy_bounds_reach_the_engine():
+    # Network(head_timeout=, idle_timeout=, max_connections=) -> SandboxProcess -> Egress
+    # -> EgressProxy; bad values and bounds outside proxy mode are refused.
+    from pysandbox.policy import Network
+    net = Network("proxy", ("pypi.org",), head_timeout=2.5, idle_timeout=7, max_connections=3)
+    egress = Egress(net.allow_hosts, head_timeout=net.head_timeout, idle_timeout=net.idle_timeout,
+                    max_connections=net.max_connections)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    theirs = socket.socket(fileno=os.dup(egress.their_fd))
+    socket.send_fds(theirs, [b"L"], [listener.fileno()])
+    theirs.close()
+    listener.close()
+    egress.start()
+    try:
+        engine = egress._engine
+        assert (engine.head_timeout, engine.idle_timeout, engine.max_connections) == (2.5, 7, 3)
+        assert engine.budget <= 3
+    finally:
+        egress.close()
+    control = Network("proxy")
+    assert (control.head_timeout, control.idle_timeout, control.max_connections) == (10.0, 300.0, 1024)
+    for bad in ({"head_timeout": 0}, {"idle_timeout": float("nan")}, {"idle_timeout": "5"},
+                {"max_connections": -1}, {"max_connections": 2.0}, {"head_timeout": True}):
+        with pytest.raises(PolicyError) as err:
+            Network("proxy", **bad)
+        assert err.value.reason == Reason.INVALID_VALUE, bad
+    with pytest.raises(PolicyError) as err:
+        Network("deny", idle_timeout=5)
+    assert err.value.reason == Reason.CONFLICTING_OPTIONS and err.value.field == "idle_timeout"
+    with pytest.raises(TypeError):
+        Egress((), handshake_timeout=5)
