@@ -75,6 +75,7 @@ from ..errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Rea
 from ..policy import Network, Policy
 from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
 from ..probe.bwrap import capabilities, probe_plan
+from . import monitor
 from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
                          init_program, read_words, searchable_parents)
@@ -196,25 +197,35 @@ class BwrapBackend:
                                      Reason.BWRAP_INIT_UNAVAILABLE)
         if launch.proxy_socket is not None and not init:
             raise _proxy_needs_init()
+        watched = monitor.wanted(plan)
+        if watched and not init:
+            raise BackendUnavailable("as_pid_1 on the bwrap backend: our init holds the command until the launcher's "
+                                     "lifetime monitor exists, and bwrap execs it through a procfs, which this policy "
+                                     "does not show; add Proc('/proc') or use the native backend",
+                                     Reason.BWRAP_INIT_UNAVAILABLE)
         init_fd = init_program(plan) if init else -1
         data = DataFds()
-        info_r = info_w = status_r = status_w = -1
+        info_r = info_w = status_r = status_w = gate_r = gate_w = -1
         try:
             # inside the try: a second pipe failing (EMFILE) must not leak the first
             info_r, info_w = os.pipe()
             if init:
                 status_r, status_w = os.pipe()
+            if watched:
+                gate_r, gate_w = os.pipe()   # gate_w: ours alone (close-on-exec)
             options = render(plan, data)
             args_fd = data(nul_joined(flatten(options)))
             if init:
                 pty = None if launch.pty_socket is None else \
                     (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
                 command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty,
-                                       launch.proxy_socket)
+                                       launch.proxy_socket, gate_r if watched else None)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
             passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket) if fd is not None}
             if init:
                 passed |= {status_w} | ({init_fd} if init_fd is not None else set())
+            if watched:
+                passed.add(gate_r)
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
             preexec = pdeathsig_preexec(os.getpid(), launch.cgroup_procs)
             proc = spawner.call(lambda: subprocess.Popen(
@@ -227,20 +238,25 @@ class BwrapBackend:
             if status_w != -1:
                 os.close(status_w)   # only our init holds the write end now (and bwrap)
                 status_w = -1
+            if gate_r != -1:
+                os.close(gate_r)
+                gate_r = -1
             report = read_info(info_r)
         except BaseException:
-            if status_r != -1:
-                os.close(status_r)
+            for fd in (status_r, gate_w):
+                if fd != -1:
+                    os.close(fd)
             raise
         finally:
             data.close()
-            for fd in (info_r, info_w, status_w):
+            for fd in (info_r, info_w, status_w, gate_r):
                 if fd != -1:
                     os.close(fd)
         m = re.search(rb'"child-pid"\s*:\s*(\d+)', report)
         if m is None:
-            if status_r != -1:
-                os.close(status_r)
+            for fd in (status_r, gate_w):
+                if fd != -1:
+                    os.close(fd)
             # bwrap stopped before it created the sandbox; its message went to stderr.
             try:
                 code = proc.wait(timeout=30)
@@ -259,6 +275,8 @@ class BwrapBackend:
         pid1 = "pid" in plan.namespaces and (plan.as_pid_1 or init == "fork")
         child = BwrapChild(proc.pid, sandbox_pid, plan.as_pid_1 or init is not None,
                            status_fd=status_r, pidfd=pid1_fd(sandbox_pid, proc.pid) if pid1 else -1)
+        if watched:
+            self._watch(child, proc, gate_w)
         if launch.on_start is not None:
             try:
                 launch.on_start(child.sandbox_pid)
@@ -276,6 +294,30 @@ class BwrapBackend:
             log.debug("bwrap: %s (%s), init %s: started, set up and exec'd in %.1f ms", info.path, info.version,
                       init or "none", ms(started))
         return child
+
+    @staticmethod
+    def _watch(child: BwrapChild, proc, gate_w: int) -> None:
+        """as_pid_1: start the launcher's lifetime monitor on pid 1's pidfd (checked to be
+        bwrap's child, so no reused pid), then open our init's gate (``-w``): the command
+        runs only once the monitor exists. A monitor that cannot start fails the launch,
+        the command never ran (the gate closed without a byte: the init exits).
+
+        Raises:
+            CapabilityUnavailable (lifetime_monitor_unavailable), SetupError.
+        """
+        try:
+            if child.pidfd < 0:
+                raise SetupError("as_pid_1: the sandbox's pid 1 ended before its lifetime monitor could hold it; "
+                                 "the command did not run", Reason.SETUP_FAILED, stage="lifetime monitor")
+            child.monitor = monitor.start(child.pidfd)
+            os.write(gate_w, b"\1")
+        except BaseException:
+            os.close(gate_w)
+            proc.kill()   # bwrap, our child: its death takes the sandbox with it
+            os.waitpid(proc.pid, 0)
+            child.close()
+            raise
+        os.close(gate_w)
 
     def _setup_failed(self, proc, info, plan) -> None:
         """bwrap exited 1 and the command was never seen running: a setup failure (the
@@ -376,9 +418,9 @@ class BwrapBackend:
                                 # pid 1 with a pid namespace (not as_pid_1): our init, or why not
                                 "init": init_state,
                                 # as_pid_1: the command is pid 1 and may clear its own
-                                # PR_SET_PDEATHSIG: kill() still ends it (SIGKILL to pid 1),
-                                # a SIGKILLed launcher does not (README "Lifetime")
-                                "as_pid_1_lifetime": "command-controlled"})
+                                # PR_SET_PDEATHSIG; the launcher's lifetime monitor ends it
+                                # with the launcher (backends/monitor.py), or why not
+                                "as_pid_1_lifetime": monitor.lifetime()})
         with self._lock:
             self._status[key] = result
         return result
