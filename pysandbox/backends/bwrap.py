@@ -275,8 +275,6 @@ class BwrapBackend:
         pid1 = "pid" in plan.namespaces and (plan.as_pid_1 or init == "fork")
         child = BwrapChild(proc.pid, sandbox_pid, plan.as_pid_1 or init is not None,
                            status_fd=status_r, pidfd=pid1_fd(sandbox_pid, proc.pid) if pid1 else -1)
-        if watched:
-            self._watch(child, proc, gate_w)
         if launch.on_start is not None:
             try:
                 launch.on_start(child.sandbox_pid)
@@ -284,7 +282,11 @@ class BwrapBackend:
                 proc.kill()   # bwrap, our child: its death takes the sandbox with it
                 os.waitpid(proc.pid, 0)
                 child.close()
+                if gate_w != -1:
+                    os.close(gate_w)
                 raise
+        if watched:
+            self._watch(child, proc, gate_w)
         if init:
             self._wait_for_init(child, proc, info, plan, exe)
         elif wait_for_exec(child, info.path) == 1:

@@ -27,7 +27,7 @@ from ..memfd import ProgramUnavailable, program_fd
 from ..policy import CAPABILITIES
 from . import landlock
 from ._bwrap_pyinit import SOURCE
-from .bwrap_render import init_mode, join_path, proc_in_sandbox
+from .bwrap_render import init_mode, join_path, proc_in_sandbox, python_init_usable
 
 
 def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
@@ -156,13 +156,6 @@ def searchable_parents(dest: str, ops) -> bool:
             return False
         parent = os.path.dirname(parent)
     return True
-
-
-def python_init_usable(plan: P.Plan) -> bool:
-    """Whether the fallback init (Python, when the native module is missing) can run in
-    ``plan``'s sandbox: this interpreter is visible there at its own path."""
-    host, _cover = P.host_path(sys.executable, plan.mount_ops)
-    return host == sys.executable and os.path.exists(sys.executable)
 
 
 def init_program(plan: P.Plan) -> int | None:

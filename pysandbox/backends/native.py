@@ -56,7 +56,7 @@ class NativeChild:
     def __init__(self, pid: int, status_fd: int, monitor: monitor.Monitor | None = None):
         self.pid = pid
         self._status_fd = status_fd
-        self._monitor = monitor
+        self.monitor = monitor
 
     def returncode(self, wait_status: int) -> int:
         """The command's returncode: the init reports the command's raw wait status
@@ -88,8 +88,8 @@ class NativeChild:
         fd, self._status_fd = self._status_fd, -1
         if fd >= 0:
             os.close(fd)
-        if self._monitor is not None:
-            self._monitor.end()
+        if self.monitor is not None:
+            self.monitor.end()
 
 
 class _Ready:
