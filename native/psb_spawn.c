@@ -239,6 +239,21 @@ static size_t psb_read_record(int fd, struct psb_record *rec, pid_t *sender)
     return (size_t)r;
 }
 
+/* Runs in the caller's process: the launch's pipes closed (entries < 0: none), errno
+ * kept, for a failure before the clone. */
+static void psb_close_pipes(int errpipe[2], int lifeline[2], int status[2], int gate[2])
+{
+    int saved = errno;
+    int *pipes[4] = { errpipe, lifeline, status, gate };
+    for (int k = 0; k < 4; k++) {
+        for (int j = 0; j < 2; j++) {
+            if (pipes[k][j] >= 0)
+                close(pipes[k][j]);
+        }
+    }
+    errno = saved;
+}
+
 /* psb_spawn_here, once the argv/envp arrays exist. */
 int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res,
                          char **argv, char **envp)
@@ -277,16 +292,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     /* as_pid_1: the child waits at this gate until the launcher's monitor exists. */
     int gate[2] = { -1, -1 };
     if (launch->monitor && pipe2(gate, O_CLOEXEC) != 0) {
-        int saved = errno;
-        close(errpipe[0]);
-        close(errpipe[1]);
-        close(lifeline[0]);
-        close(lifeline[1]);
-        if (status[0] >= 0) {
-            close(status[0]);
-            close(status[1]);
-        }
-        errno = saved;
+        psb_close_pipes(errpipe, lifeline, status, gate);
         goto pipe_failed;
     }
     int monitor_err = 0;
@@ -325,20 +331,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     if (share) {
         stacks = mmap(NULL, 2 * stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
         if (stacks == MAP_FAILED) {
-            int saved = errno;
-            close(errpipe[0]);
-            close(errpipe[1]);
-            close(lifeline[0]);
-            close(lifeline[1]);
-            if (status[0] >= 0) {
-                close(status[0]);
-                close(status[1]);
-            }
-            if (gate[0] >= 0) {
-                close(gate[0]);
-                close(gate[1]);
-            }
-            errno = saved;
+            psb_close_pipes(errpipe, lifeline, status, gate);
             goto pipe_failed;
         }
         c.cmd_stack = stacks + 2 * stack_size;

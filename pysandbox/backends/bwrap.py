@@ -38,7 +38,7 @@ the same init setup, then it execs the command in its own process (exec mode). W
 the native module, or with a pid namespace and no procfs, the same init runs in Python
 (``_bwrap_pyinit.py``) where this interpreter is visible in the sandbox, else a pid
 namespace fails closed (``bwrap_init_unavailable``); a sandbox without a pid namespace
-(or as_pid_1) that shows no procfs runs without an init.
+that shows no procfs runs without an init.
 
 Lifetime: bwrap is forked by one long-lived spawner thread with PR_SET_PDEATHSIG set
 before exec, so the sandbox dies with the launching process, not with the thread that
@@ -46,8 +46,10 @@ called Popen; spawn returns once our init reported the command exec'd (without i
 bwrap reported the sandbox, ``--info-fd``, and the command was seen executed). kill()
 SIGKILLs the sandbox's pid 1 by pidfd (the whole pid namespace dies) and bwrap.
 ``BwrapChild.forward_signal`` signals our init, which forwards (without it: the command
-itself). Known gaps: as_pid_1, the command is pid 1 and may clear its own PDEATHSIG: a
-SIGKILLed launcher does not end it (``status`` info ``as_pid_1_lifetime``); bubblewrap
+itself). as_pid_1: the command is pid 1 and may clear its own PDEATHSIG, so the
+launcher's lifetime monitor (``monitor.py``) holds it; our init waits at its gate (``-w``)
+until the monitor exists (without a procfs: the Python init; neither: fail closed). Known
+gaps: bubblewrap
 0.8's child binds itself to bwrap only at the end of its setup, so a launcher SIGKILLed
 in those milliseconds can leave that child blocked in bwrap's setup (never our init or
 the command: the init exits at its lifeline check or on its SIGIO).
@@ -200,9 +202,9 @@ class BwrapBackend:
         watched = monitor.wanted(plan)
         if watched and not init:
             raise BackendUnavailable("as_pid_1 on the bwrap backend: our init holds the command until the launcher's "
-                                     "lifetime monitor exists, and bwrap execs it through a procfs, which this policy "
-                                     "does not show; add Proc('/proc') or use the native backend",
-                                     Reason.BWRAP_INIT_UNAVAILABLE)
+                                     "lifetime monitor exists, and neither form can run here (the C init needs a "
+                                     "procfs in the sandbox, the Python one this interpreter visible there); add "
+                                     "Proc('/proc') or use the native backend", Reason.BWRAP_INIT_UNAVAILABLE)
         init_fd = init_program(plan) if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = gate_r = gate_w = -1

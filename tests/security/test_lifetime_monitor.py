@@ -55,11 +55,20 @@ def _state(pid):
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
-def test_monitor_holds_three_descriptors_and_nothing_else(backend, tmp_path):
+@pytest.mark.parametrize("form", ["exec", "fork"])
+def test_monitor_holds_three_descriptors_and_nothing_else(backend, tmp_path, monkeypatch, form):
+    """Both forms: the init's memfd exec'd in monitor mode, and the fork of the launcher
+    where that memfd cannot be exec'd (forced: PYSANDBOX_NATIVE_NO_EXEC_INIT=1)."""
+    if form == "fork":
+        monkeypatch.setenv("PYSANDBOX_NATIVE_NO_EXEC_INIT", "1")
     with leaks.unchanged():
         with pysandbox.Popen(["sleep", "30"], policy=_policy(tmp_path), backend=backend) as proc:
             watcher = proc._child.monitor
             assert watcher is not None and watcher.pid > 0
+            with open(f"/proc/{watcher.pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open("/proc/self/cmdline", "rb") as f:
+                assert cmdline == (b"psb-monitor\0monitor\0" if form == "exec" else f.read())
             fds = {int(n): os.readlink(f"/proc/{watcher.pid}/fd/{n}") for n in os.listdir(f"/proc/{watcher.pid}/fd")}
             assert sorted(fds) == [3, 4, 5], fds
             assert fds[3] == fds[5] == "anon_inode:[pidfd]" and fds[4].startswith("pipe:"), fds
