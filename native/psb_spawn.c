@@ -22,6 +22,9 @@ struct psb_monitor_arg {
  * leaves the caller's session and process group. 0, or -1. */
 static int psb_monitor_fds(const struct psb_monitor_arg *a)
 {
+    /* Every signal, the two libc keeps for itself (32, 33) too; kept across the exec. */
+    unsigned long all = ~0UL;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, sizeof all);
     int tmp[4];
     int n = a->exe_fd >= 0 ? 4 : 3;
     for (int k = 0; k < n; k++) {
