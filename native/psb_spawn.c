@@ -128,7 +128,8 @@ int psb_monitor_start(int pid1_fd, int exe_fd, int *lifeline_fd)
 /* Runs in the caller's process: the monitor of launch->monitor for our child ``pid``,
  * whose pid is final (after the last hop) and which cannot have been reaped (only we
  * reap it): then the go byte on the gate the child waits on (psb_wait_gate). 0, or
- * -errno (the caller fails the launch; the child reads EOF at its gate). */
+ * -errno of a monitor that could not start (the caller fails the launch; the child
+ * reads EOF at its gate and never runs the command). */
 static int psb_monitor_gate(const struct psb_launch *launch, pid_t pid, int gate_wr, struct psb_result *res)
 {
     int pfd = (int)syscall(__NR_pidfd_open, pid, 0);
@@ -141,8 +142,11 @@ static int psb_monitor_gate(const struct psb_launch *launch, pid_t pid, int gate
         return m;
     res->monitor_pid = m;
     res->monitor_fd = lf;
+    /* A failed write: the child is gone already, and its own record (or its death) says
+     * why; the monitor is ended with the launch's failure. */
     char go = 1;
-    return psb_write_all(gate_wr, &go, 1) == 0 ? 0 : -errno;
+    (void)psb_write_all(gate_wr, &go, 1);
+    return 0;
 }
 
 /* Runs in the caller's process: a failed launch's monitor ends (the lifeline closed: it

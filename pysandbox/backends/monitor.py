@@ -84,7 +84,7 @@ def wanted(plan) -> bool:
 
 def start_error(err: int) -> SetupError | CapabilityUnavailable:
     """The typed error of a monitor that could not be started (``err``: an errno)."""
-    if err in (errno.ENOSYS, errno.EINVAL):
+    if err == errno.ENOSYS:
         return CapabilityUnavailable(f"the as_pid_1 lifetime monitor: pidfd_open: {os.strerror(err)}; the command "
                                      f"did not run", Reason.LIFETIME_MONITOR_UNAVAILABLE)
     return SetupError(f"the as_pid_1 lifetime monitor could not be started: {os.strerror(err)}; the command did "
