@@ -31,8 +31,9 @@ struct psb_launch {
     const int *pass_fds; int npass; int want_status; int started_fd;
     const int *close_first; int nclose; int release_fd;
     int pty_fd; int pty_stdio; unsigned long pty_winsize; int proxy_fd;
+    int monitor; int monitor_exe;
 };
-struct psb_result { int pid; int status_fd; int stage; int op; int err; };
+struct psb_result { int pid; int status_fd; int monitor_pid; int monitor_fd; int stage; int op; int err; };
 
 int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res);
 int psb_probe(unsigned long clone_flags, int what);
@@ -40,6 +41,7 @@ int psb_mount_setattr_works(void);
 int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
 long psb_landlock_abi(void);
+int psb_monitor_start(int pid1_fd, int exe_fd, int *lifeline_fd);
 size_t psb_bwrap_init_blob(const unsigned char **data);
 size_t psb_session_blob(const unsigned char **data);
 """
@@ -150,7 +152,7 @@ ffibuilder.set_source(
     include_dirs=["native"],
     depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
              "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h",
-             "native/psb_pid1.h", "native/psb_session.c", "native/_psb_session_blob.h"],
+             "native/psb_pid1.h", "native/psb_monitor.h", "native/psb_session.c", "native/_psb_session_blob.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
 )
 

@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 5
+#define PSB_ABI_VERSION 6
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -85,6 +85,8 @@ enum psb_stage {
     PSB_STAGE_HOP,            /* not a failure: a hop begins (from the old process) */
     PSB_STAGE_HOP_PID,        /* not a failure: the new process; its pid is in the credentials */
     PSB_STAGE_PTY,            /* the sandbox's terminal (launch pty_fd): open, unlock, send */
+    PSB_STAGE_MONITOR,        /* the launcher's lifetime monitor (launch monitor): pidfd_open
+                                 of the child, the lifeline pipe or the monitor's clone */
 };
 
 /* Op flags. */
@@ -161,11 +163,20 @@ struct psb_launch {
     int pty_stdio;            /* bit i: the slave becomes descriptor i (instead of stdio[i]) */
     unsigned long pty_winsize; /* rows << 16 | cols set on the new pty (0: left as is) */
     int proxy_fd;             /* >= 0: a unix socket for the LISTEN op (else LISTEN fails EBADF) */
+    int monitor;              /* as_pid_1 (no init of ours): once the child's pid is final the
+                                 launcher starts its lifetime monitor (native/psb_monitor.h)
+                                 and only then lets the child go on (the gate pipe): the
+                                 command never runs without it */
+    int monitor_exe;          /* the init's sealed memfd, exec'd in monitor mode, or -1: the
+                                 monitor stays a fork of the caller */
 };
 
 struct psb_result {
     int pid;
     int status_fd;            /* read end of the init's status pipe, or -1 */
+    int monitor_pid;          /* launch monitor: the monitor (our child: reap it), else -1 */
+    int monitor_fd;           /* launch monitor: the lifeline's write end (close it when the
+                                 sandbox is done, then reap the monitor), else -1 */
     int stage;
     int op;
     int err;
@@ -177,4 +188,5 @@ int psb_mount_setattr_works(void);
 int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
 long psb_landlock_abi(void);
+int psb_monitor_start(int pid1_fd, int exe_fd, int *lifeline_fd);
 #endif

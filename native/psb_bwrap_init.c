@@ -38,6 +38,11 @@
  *                 exists) listen on 127.0.0.1:PORT and [::1]:PORT (unless the namespace
  *                 has no IPv6), send the listener(s) over unix socket FD (SCM_RIGHTS)
  *                 and close them and FD, as native/psb_util.c psb_listen_send
+ *   -w FD         wait for one byte on FD before anything of the command exists, then
+ *                 close FD: the launcher writes it once its lifetime monitor of this
+ *                 as_pid_1 sandbox holds our pidfd (pysandbox/backends/monitor.py); EOF
+ *                 (the launcher is gone, or it could not start the monitor): exit 125,
+ *                 the command never runs
  *   -x            exec mode: no fork; after the setup, write STARTED and exec the
  *                 command in this process (as_pid_1, or no pid namespace); an exec
  *                 failure is FAILED after STARTED and exit 126
@@ -391,6 +396,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     int exec_mode = 0;
     long landlock = 0;
     long pty_sock = -1, pty_mask = 0, pty_ws = 0;
+    long gate = -1;
     for (; i < argc && !streq(argv[i], "--"); i++) {
         const char *o = argv[i];
         if (streq(o, "-N")) {
@@ -468,6 +474,11 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             if (e < 0)
                 fail(F_PROXY, -e);
             i += 2;
+        } else if (streq(o, "-w") && i + 1 < argc) {
+            gate = parse(argv[++i]);
+            if (gate < 3)
+                fail(F_USAGE, i);
+            sys6(NR_FCNTL, gate, F_SETFD, FD_CLOEXEC, 0, 0, 0);
         } else if (streq(o, "-x")) {
             exec_mode = 1;
         } else if (streq(o, "-n")) {
@@ -522,6 +533,16 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         for (int k = 0; k < 2; k++)
             if (back[k].effective != d[k].effective || back[k].permitted != d[k].permitted)
                 fail(F_CAPS, EPERM);
+    }
+
+    if (gate >= 0) {
+        char go = 0;
+        long r;
+        while ((r = sys6(NR_READ, gate, (long)&go, 1, 0, 0, 0)) == -4 /* EINTR */)
+            ;
+        if (r != 1)
+            quit(125);
+        sys6(NR_CLOSE, gate, 0, 0, 0, 0, 0);
     }
 
     if (exec_mode) {

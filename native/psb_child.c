@@ -405,8 +405,10 @@ static void psb_child_main(struct psb_child *c, int start)
             if (next > 0)
                 _exit(0);
             r = psb_record(c, PSB_STAGE_HOP_PID, i);
-            if (r == 0 && i == c->last_hop)
+            if (r == 0 && i == c->last_hop) {
                 psb_wait_release(c, i + 1);
+                psb_wait_gate(c, i + 1);
+            }
             break;
         }
         case PSB_OP_LANDLOCK:
@@ -471,13 +473,17 @@ int psb_setup_entry(void *arg)
     struct psb_child *c = arg;
     close(c->parent_fds[0]);
     close(c->parent_fds[1]);
-    if (c->parent_fds[2] >= 0)
-        close(c->parent_fds[2]);
+    for (int k = 2; k < 4; k++) {
+        if (c->parent_fds[k] >= 0)
+            close(c->parent_fds[k]);
+    }
     for (int i = 0; i < c->launch->nclose; i++)
         close(c->launch->close_first[i]);
     c->old_umask = umask(0);   /* as bwrap: setup creates exact modes */
-    if (c->last_hop < 0)
+    if (c->last_hop < 0) {
         psb_wait_release(c, 0);
+        psb_wait_gate(c, 0);
+    }
     psb_child_main(c, 0);
     return 127;
 }

@@ -13,10 +13,15 @@
  * (native/psb_child.c), so the command starts only once we are dumpable or not.
 psb_pid1_loop (native/psb_pid1.h) reaps, forwards the signals of the mask to the
  * command, writes its raw wait status to the status fd and exits with its code
- * (128+N for a signal). argv[1] == "probe": exit 0 at once. */
+ * (128+N for a signal). argv[1] == "probe": exit 0 at once.
+ *
+ * argv[1] == "monitor": not an init but the launcher's lifetime monitor of an as_pid_1
+ * sandbox, on the host with descriptors 3, 4 and 5 (native/psb_monitor.h says which);
+ * exec'd by psb_monitor_start (native/psb_spawn.c) from this program's memfd. */
 
 #if defined(__x86_64__)
 #include "psb_pid1.h"
+#include "psb_monitor.h"
 PSB_START(psb_init_main);
 
 #define NR_EXIT_GROUP 231
@@ -34,6 +39,8 @@ void __attribute__((noreturn, used)) psb_init_main(long *sp)
     char **argv = (char **)(sp + 1);
     if (argc >= 2 && argv[1][0] == 'p')
         quit(0);
+    if (argc >= 2 && argv[1][0] == 'm')
+        psb_monitor_loop();
     if (argc < 4)
         quit(127);
     long cmd = parse(argv[1]);

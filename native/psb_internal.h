@@ -67,6 +67,9 @@
 #ifndef MOVE_MOUNT_T_EMPTY_PATH
 #define MOVE_MOUNT_T_EMPTY_PATH 0x00000040
 #endif
+#ifndef __NR_pidfd_open
+#define __NR_pidfd_open 434
+#endif
 #ifndef __NR_openat2
 #define __NR_openat2 437
 #endif
@@ -121,7 +124,8 @@ struct psb_child {
     char *cmd_stack;      /* exec-init mode: stack top for the command's vfork */
     volatile int *failed; /* set before _exit by a process sharing our memory */
     volatile int cmd_failed;
-    int parent_fds[3];    /* the parent's ends, closed first thing in the child */
+    int parent_fds[4];    /* the parent's ends, closed first thing in the child */
+    int gate_fd;          /* launch monitor: the go pipe's read end (psb_wait_gate), or -1 */
     int go_fd, go_wr;     /* exec-init mode: the command waits for EOF on go_fd */
     int last_hop;         /* index of the plan's last HOP op, or -1 */
     mode_t old_umask;     /* the caller's, restored before exec (setup runs with 0, as bwrap) */
@@ -168,6 +172,7 @@ int psb_op_setup_root(struct psb_child *c, const struct psb_op *op);
 int psb_op_pivot(struct psb_child *c);
 int psb_op_wait_fd(struct psb_child *c, const struct psb_op *op, int i);
 void psb_wait_release(struct psb_child *c, int i);
+void psb_wait_gate(struct psb_child *c, int i);
 int psb_op_disable_userns(struct psb_child *c, const struct psb_op *op);
 int psb_op_caps(const struct psb_op *op);
 int psb_op_landlock(long kind);

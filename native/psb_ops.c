@@ -203,6 +203,26 @@ void psb_wait_release(struct psb_child *c, int i)
         psb_fail(c, PSB_STAGE_OP, i, errno);
 }
 
+/* Runs in the child (launch monitor: as_pid_1), once its pid is final and before any op
+ * in its namespaces: wait for the launcher's go, written once the launcher's lifetime
+ * monitor holds a pidfd of us (native/psb_monitor.h). Only the launcher holds the write
+ * end: EOF means it is gone, and the command is never executed. No other process of
+ * ours runs meanwhile: the launcher starts the monitor while we wait. */
+void psb_wait_gate(struct psb_child *c, int i)
+{
+    if (c->gate_fd < 0)
+        return;
+    char b;
+    ssize_t r;
+    do {
+        r = read(c->gate_fd, &b, 1);
+    } while (r < 0 && errno == EINTR);
+    if (r != 1)
+        psb_fail(c, PSB_STAGE_PARENT_DIED, i, r < 0 ? errno : ESRCH);
+    close(c->gate_fd);
+    c->gate_fd = -1;
+}
+
 /* Runs in the child with full capabilities in the sandbox's user namespace, after
  * the last mount and the hostname (the nested namespace does not own them): limit
  * our namespace to one nested user namespace and enter it, as bwrap

@@ -1,14 +1,172 @@
 /* pysandbox native executor: The caller's side of a launch: psb_spawn hands the clone to a launcher thread
  * that never exits (so PR_SET_PDEATHSIG follows the process, not a short-lived
  * thread), psb_spawn_run clones the child and follows the hop protocol (records on
- * the error pipe or a credentials socket pair) until exec or failure. Runs in the
- * caller's process, any privilege. */
+ * the error pipe or a credentials socket pair) until exec or failure; with
+ * launch->monitor (as_pid_1) it starts the launcher's lifetime monitor (psb_monitor_start)
+ * before the child may go on. Runs in the caller's process, any privilege. */
 #include "psb_internal.h"
+#define PSB_MONITOR_LIBC
+#include "psb_monitor.h"
+
+/* The lifetime monitor's descriptors, for psb_monitor_start. */
+struct psb_monitor_arg {
+    int fds[3];            /* pid 1's pidfd, the lifeline's read end, the launcher's pidfd */
+    int exe_fd;            /* the init's memfd (monitor mode), or -1 */
+    volatile int failed;   /* set by a vfork'd monitor whose exec failed */
+};
+
+/* Runs in the new monitor process right after its clone (a vfork sharing the caller's
+ * memory and thread, or a fork of a possibly multi-threaded caller): raw system calls
+ * only, no malloc or stdio. The three descriptors become 3, 4 and 5 (native/psb_monitor.h),
+ * the init's memfd 6 (close-on-exec), every other descriptor is closed, and the monitor
+ * leaves the caller's session and process group. 0, or -1. */
+static int psb_monitor_fds(const struct psb_monitor_arg *a)
+{
+    /* Every signal, the two libc keeps for itself (32, 33) too; kept across the exec. */
+    unsigned long all = ~0UL;
+    syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, NULL, sizeof all);
+    int tmp[4];
+    int n = a->exe_fd >= 0 ? 4 : 3;
+    for (int k = 0; k < n; k++) {
+        tmp[k] = fcntl(k < 3 ? a->fds[k] : a->exe_fd, F_DUPFD, 10);
+        if (tmp[k] < 0)
+            return -1;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (dup2(tmp[k], 3 + k) < 0)
+            return -1;
+    }
+    if (n == 4 && dup3(tmp[3], 6, O_CLOEXEC) < 0)
+        return -1;
+    if (syscall(SYS_close_range, n == 4 ? 7 : 6, ~0U, 0) != 0) {
+        struct rlimit rl;
+        long max = 65536;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)rl.rlim_cur < max)
+            max = (long)rl.rlim_cur;
+        for (long fd = n == 4 ? 7 : 6; fd < max; fd++)
+            close((int)fd);
+    }
+    for (int fd = 0; fd < 3; fd++)
+        close(fd);
+    return setsid() < 0 ? -1 : 0;
+}
+
+static int psb_monitor_exec_entry(void *p)
+{
+    struct psb_monitor_arg *a = p;
+    if (psb_monitor_fds(a) == 0) {
+        char *argv[] = { "psb-monitor", "monitor", NULL };
+        char *envp[] = { NULL };
+        syscall(SYS_execveat, 6, "", argv, envp, AT_EMPTY_PATH);
+    }
+    a->failed = 1;
+    _exit(127);
+}
+
+/* Runs in the caller's process (any thread), any privilege: start the lifetime monitor
+ * of the sandbox whose pid 1 ``pid1_fd`` (a pidfd) names, for an as_pid_1 launch (no
+ * init of ours: the command is pid 1 and may clear its own PR_SET_PDEATHSIG). The
+ * caller opened that pidfd while pid 1 could not yet have been reaped (its own or its
+ * bwrap's child): never a reused pid. ``exe_fd``: the init's sealed memfd, exec'd in
+ * monitor mode (the monitor then holds nothing of the caller's memory); -1 or a failed
+ * exec: the monitor is a fork of the caller running the same loop (native/psb_monitor.h).
+ * The monitor gets its own copies of the descriptors; *lifeline_fd gets the lifeline's
+ * write end (close-on-exec): closing it ends the sandbox and the monitor. Returns the
+ * monitor's pid (a child of ours: the caller reaps it), or -errno. */
+int psb_monitor_start(int pid1_fd, int exe_fd, int *lifeline_fd)
+{
+    int self = (int)syscall(__NR_pidfd_open, getpid(), 0);
+    if (self < 0)
+        return -errno;
+    int lp[2];
+    if (pipe2(lp, O_CLOEXEC) != 0) {
+        int saved = errno;
+        close(self);
+        return -saved;
+    }
+    struct psb_monitor_arg a = { { pid1_fd, lp[0], self }, exe_fd, 0 };
+    sigset_t all, old;
+    sigfillset(&all);
+    /* The monitor keeps every signal blocked (inherited, also across its exec). */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t m = -1;
+    int err = 0;
+    if (exe_fd >= 0) {
+        const size_t size = 64 * 1024;
+        char *stack = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack != MAP_FAILED) {
+            m = clone(psb_monitor_exec_entry, stack + size, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+            munmap(stack, size);   /* the monitor has exec'd or exited */
+            if (m > 0 && a.failed) {
+                while (waitpid(m, NULL, 0) < 0 && errno == EINTR)
+                    ;
+                m = -1;
+            }
+        }
+    }
+    if (m < 0) {
+        a.exe_fd = -1;
+        m = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+        if (m == 0) {
+            if (psb_monitor_fds(&a) != 0)
+                _exit(127);
+            psb_monitor_loop();
+        }
+        err = errno;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(lp[0]);
+    close(self);
+    if (m < 0) {
+        close(lp[1]);
+        return -(err ? err : EAGAIN);
+    }
+    *lifeline_fd = lp[1];
+    return m;
+}
+
+/* Runs in the caller's process: the monitor of launch->monitor for our child ``pid``,
+ * whose pid is final (after the last hop) and which cannot have been reaped (only we
+ * reap it): then the go byte on the gate the child waits on (psb_wait_gate). 0, or
+ * -errno of a monitor that could not start (the caller fails the launch; the child
+ * reads EOF at its gate and never runs the command). */
+static int psb_monitor_gate(const struct psb_launch *launch, pid_t pid, int gate_wr, struct psb_result *res)
+{
+    int pfd = (int)syscall(__NR_pidfd_open, pid, 0);
+    if (pfd < 0)
+        return -errno;
+    int lf = -1;
+    int m = psb_monitor_start(pfd, launch->monitor_exe, &lf);
+    close(pfd);
+    if (m < 0)
+        return m;
+    res->monitor_pid = m;
+    res->monitor_fd = lf;
+    /* A failed write: the child is gone already, and its own record (or its death) says
+     * why; the monitor is ended with the launch's failure. */
+    char go = 1;
+    (void)psb_write_all(gate_wr, &go, 1);
+    return 0;
+}
+
+/* Runs in the caller's process: a failed launch's monitor ends (the lifeline closed: it
+ * SIGKILLs what is left of the child and exits) and is reaped. */
+static void psb_monitor_end(struct psb_result *res)
+{
+    if (res->monitor_fd >= 0)
+        close(res->monitor_fd);
+    if (res->monitor_pid > 0) {
+        while (waitpid(res->monitor_pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    res->monitor_fd = res->monitor_pid = -1;
+}
 
 static int psb_spawn_here(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res)
 {
     res->pid = -1;
     res->status_fd = -1;
+    res->monitor_pid = res->monitor_fd = -1;
     res->stage = 0;
     res->op = -1;
     res->err = 0;
@@ -88,6 +246,21 @@ static size_t psb_read_record(int fd, struct psb_record *rec, pid_t *sender)
     return (size_t)r;
 }
 
+/* Runs in the caller's process: the launch's pipes closed (entries < 0: none), errno
+ * kept, for a failure before the clone. */
+static void psb_close_pipes(int errpipe[2], int lifeline[2], int status[2], int gate[2])
+{
+    int saved = errno;
+    int *pipes[4] = { errpipe, lifeline, status, gate };
+    for (int k = 0; k < 4; k++) {
+        for (int j = 0; j < 2; j++) {
+            if (pipes[k][j] >= 0)
+                close(pipes[k][j]);
+        }
+    }
+    errno = saved;
+}
+
 /* psb_spawn_here, once the argv/envp arrays exist. */
 int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res,
                          char **argv, char **envp)
@@ -123,6 +296,13 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         close(lifeline[1]);
         goto pipe_failed;
     }
+    /* as_pid_1: the child waits at this gate until the launcher's monitor exists. */
+    int gate[2] = { -1, -1 };
+    if (launch->monitor && pipe2(gate, O_CLOEXEC) != 0) {
+        psb_close_pipes(errpipe, lifeline, status, gate);
+        goto pipe_failed;
+    }
+    int monitor_err = 0;
 
     struct psb_child c;
     memset(&c, 0, sizeof c);
@@ -138,6 +318,8 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     c.parent_fds[0] = errpipe[0];
     c.parent_fds[1] = lifeline[1];
     c.parent_fds[2] = status[0];
+    c.parent_fds[3] = gate[1];
+    c.gate_fd = gate[0];
     c.go_fd = c.go_wr = -1;
     c.last_hop = last_hop;
     c.oldroot_fd = -1;
@@ -156,16 +338,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     if (share) {
         stacks = mmap(NULL, 2 * stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
         if (stacks == MAP_FAILED) {
-            int saved = errno;
-            close(errpipe[0]);
-            close(errpipe[1]);
-            close(lifeline[0]);
-            close(lifeline[1]);
-            if (status[0] >= 0) {
-                close(status[0]);
-                close(status[1]);
-            }
-            errno = saved;
+            psb_close_pipes(errpipe, lifeline, status, gate);
             goto pipe_failed;
         }
         c.cmd_stack = stacks + 2 * stack_size;
@@ -195,7 +368,17 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     close(lifeline[0]);
     if (status[1] >= 0)
         close(status[1]);
+    if (gate[0] >= 0)
+        close(gate[0]);
+    if (pid > 0 && gate[1] >= 0 && !hops) {
+        /* Our child, not yet reaped: its pidfd cannot name another process. */
+        monitor_err = -psb_monitor_gate(launch, pid, gate[1], res);
+        close(gate[1]);
+        gate[1] = -1;
+    }
     if (pid < 0) {
+        if (gate[1] >= 0)
+            close(gate[1]);
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (stacks != NULL)
             munmap(stacks, 2 * stack_size);
@@ -229,10 +412,22 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
             ;
         pid = sender;
         hopping = 0;
-        if (launch->started_fd >= 0 && --hops == 0) {
-            int32_t v = (int32_t)pid;
-            (void)psb_write_all(launch->started_fd, (const char *)&v, sizeof v);
+        if (--hops == 0) {
+            if (launch->started_fd >= 0) {
+                int32_t v = (int32_t)pid;
+                (void)psb_write_all(launch->started_fd, (const char *)&v, sizeof v);
+            }
+            if (gate[1] >= 0) {
+                /* The last hop's process: a CLONE_PARENT child of ours, not yet reaped. */
+                monitor_err = -psb_monitor_gate(launch, pid, gate[1], res);
+                close(gate[1]);
+                gate[1] = -1;
+            }
         }
+    }
+    if (gate[1] >= 0) {   /* the hops ended early: the child failed */
+        close(gate[1]);
+        gate[1] = -1;
     }
     if (got == 0 && hopping)
         got = 1;   /* EOF between the announcement and the new process's report: a failure */
@@ -256,7 +451,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     close(errpipe[0]);
     /* The child has passed its parent-death check: the lifeline has done its job. */
     close(lifeline[1]);
-    if (got == 0) {
+    if (got == 0 && monitor_err == 0) {
         res->pid = pid;
         res->status_fd = status[0];
         return 0;
@@ -267,7 +462,11 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
 report:
-    if (got < sizeof rec) {
+    psb_monitor_end(res);
+    if (monitor_err != 0) {
+        res->stage = PSB_STAGE_MONITOR;
+        res->err = monitor_err;
+    } else if (got < sizeof rec) {
         res->stage = PSB_STAGE_PIPE;
         res->err = EPIPE;
     } else {
@@ -381,6 +580,7 @@ int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, stru
     if (w == NULL) {
         res->pid = -1;
         res->status_fd = -1;
+        res->monitor_pid = res->monitor_fd = -1;
         res->stage = PSB_STAGE_PIPE;
         res->op = -1;
         res->err = errno ? errno : EAGAIN;

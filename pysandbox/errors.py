@@ -28,6 +28,7 @@ class Reason(str, enum.Enum):
     LOOPBACK_SETUP_FAILED = "loopback_setup_failed"
     PROC_MOUNT_FAILED = "proc_mount_failed"
     SECCOMP_UNAVAILABLE = "seccomp_unavailable"
+    LIFETIME_MONITOR_UNAVAILABLE = "lifetime_monitor_unavailable"
     # backends
     NATIVE_MODULE_MISSING = "native_module_missing"
     BWRAP_NOT_FOUND = "bwrap_not_found"
@@ -191,6 +192,7 @@ _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.LOOPBACK_SETUP_FAILED: CapabilityUnavailable,
     Reason.PROC_MOUNT_FAILED: CapabilityUnavailable,
     Reason.SECCOMP_UNAVAILABLE: CapabilityUnavailable,
+    Reason.LIFETIME_MONITOR_UNAVAILABLE: CapabilityUnavailable,
     Reason.BWRAP_NOT_FOUND: BwrapNotFound,
     Reason.BWRAP_SETUID_REJECTED: SetuidRejected,
     Reason.BWRAP_OPTION_UNSUPPORTED: BwrapOptionUnsupported,

@@ -38,6 +38,7 @@ if launcher_gone():
     os._exit(125)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 i, filters, caps, exec_mode, pty, rlimits, ll, no_raise = 2, [], None, False, None, [], 0, False
+gate = -1
 while i < len(a) and a[i] != "--":
     o = a[i]
     if o == "-N":
@@ -111,6 +112,10 @@ while i < len(a) and a[i] != "--":
                 x.close()
             lsock.close()
         i += 2
+    elif o == "-w":                                # as psb_bwrap_init.c: the monitor's gate
+        i += 1
+        gate = int(a[i])
+        os.set_inheritable(gate, False)
     elif o == "-x":
         exec_mode = True
     elif o == "-n":                                # as psb_bwrap_init.c: no inheritable/ambient
@@ -235,6 +240,14 @@ def set_rlimits():
         return 0
     except (OSError, ValueError) as x:
         return getattr(x, "errno", None) or 22
+if gate >= 0:
+    try:
+        go = os.read(gate, 1)
+    except OSError:
+        go = b""
+    if len(go) != 1:
+        os._exit(125)                              # no monitor: the command never runs
+    os.close(gate)
 env = dict(os.environb)
 if exec_mode:
     e = pty_step()

@@ -17,14 +17,14 @@ import threading
 
 from ..errors import NativeModuleMissing, Reason
 
-ABI_VERSION = 5   # native/psb.h PSB_ABI_VERSION
+ABI_VERSION = 6   # native/psb.h PSB_ABI_VERSION
 NO_EXEC_INIT_ENV = "PYSANDBOX_NATIVE_NO_EXEC_INIT"
 
 # The op kinds, flags and stages Python emits (native_ops.py), checked against the module.
 from .native_ops import (F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE, F_MODE,  # noqa: E402
                          F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, OP, OP_KINDS,
-                         STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP, STAGE_PARENT_DIED, STAGE_PIPE,
-                         STAGE_PTY)
+                         STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_MONITOR, STAGE_OP, STAGE_PARENT_DIED,
+                         STAGE_PIPE, STAGE_PTY)
 
 # The signals the sandbox's pid-1 init forwards to the command (both init modes).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
@@ -50,8 +50,9 @@ def module_drift(lib) -> list[str]:
              "LIFELINE": F_LIFELINE, "NO_AMBIENT": F_NO_AMBIENT, "NOFOLLOW": F_NOFOLLOW,
              "NO_RAISE": F_NO_RAISE}
     drift += [f"PSB_F_{n}" for n, v in flags.items() if getattr(lib, f"PSB_F_{n}", None) != v]
-    stages = (STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE, STAGE_PTY)
-    names = ("OP", "CLONE", "PARENT_DIED", "FDS", "EXEC", "PIPE", "PTY")
+    stages = (STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE, STAGE_PTY,
+              STAGE_MONITOR)
+    names = ("OP", "CLONE", "PARENT_DIED", "FDS", "EXEC", "PIPE", "PTY", "MONITOR")
     drift += [f"PSB_STAGE_{n}" for n, v in zip(names, stages) if getattr(lib, f"PSB_STAGE_{n}", None) != v]
     return drift
 

@@ -38,7 +38,7 @@ the same init setup, then it execs the command in its own process (exec mode). W
 the native module, or with a pid namespace and no procfs, the same init runs in Python
 (``_bwrap_pyinit.py``) where this interpreter is visible in the sandbox, else a pid
 namespace fails closed (``bwrap_init_unavailable``); a sandbox without a pid namespace
-(or as_pid_1) that shows no procfs runs without an init.
+that shows no procfs runs without an init.
 
 Lifetime: bwrap is forked by one long-lived spawner thread with PR_SET_PDEATHSIG set
 before exec, so the sandbox dies with the launching process, not with the thread that
@@ -46,8 +46,10 @@ called Popen; spawn returns once our init reported the command exec'd (without i
 bwrap reported the sandbox, ``--info-fd``, and the command was seen executed). kill()
 SIGKILLs the sandbox's pid 1 by pidfd (the whole pid namespace dies) and bwrap.
 ``BwrapChild.forward_signal`` signals our init, which forwards (without it: the command
-itself). Known gaps: as_pid_1, the command is pid 1 and may clear its own PDEATHSIG: a
-SIGKILLed launcher does not end it (``status`` info ``as_pid_1_lifetime``); bubblewrap
+itself). as_pid_1: the command is pid 1 and may clear its own PDEATHSIG, so the
+launcher's lifetime monitor (``monitor.py``) holds it; our init waits at its gate (``-w``)
+until the monitor exists (without a procfs: the Python init; neither: fail closed). Known
+gaps: bubblewrap
 0.8's child binds itself to bwrap only at the end of its setup, so a launcher SIGKILLed
 in those milliseconds can leave that child blocked in bwrap's setup (never our init or
 the command: the init exits at its lifeline check or on its SIGIO).
@@ -75,6 +77,7 @@ from ..errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Rea
 from ..policy import Network, Policy
 from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
 from ..probe.bwrap import capabilities, probe_plan
+from . import monitor
 from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
                          init_program, read_words, searchable_parents)
@@ -196,25 +199,35 @@ class BwrapBackend:
                                      Reason.BWRAP_INIT_UNAVAILABLE)
         if launch.proxy_socket is not None and not init:
             raise _proxy_needs_init()
+        watched = monitor.wanted(plan)
+        if watched and not init:
+            raise BackendUnavailable("as_pid_1 on the bwrap backend: our init holds the command until the launcher's "
+                                     "lifetime monitor exists, and neither form can run here (the C init needs a "
+                                     "procfs in the sandbox, the Python one this interpreter visible there); add "
+                                     "Proc('/proc') or use the native backend", Reason.BWRAP_INIT_UNAVAILABLE)
         init_fd = init_program(plan) if init else -1
         data = DataFds()
-        info_r = info_w = status_r = status_w = -1
+        info_r = info_w = status_r = status_w = gate_r = gate_w = -1
         try:
             # inside the try: a second pipe failing (EMFILE) must not leak the first
             info_r, info_w = os.pipe()
             if init:
                 status_r, status_w = os.pipe()
+            if watched:
+                gate_r, gate_w = os.pipe()   # gate_w: ours alone (close-on-exec)
             options = render(plan, data)
             args_fd = data(nul_joined(flatten(options)))
             if init:
                 pty = None if launch.pty_socket is None else \
                     (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
                 command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty,
-                                       launch.proxy_socket)
+                                       launch.proxy_socket, gate_r if watched else None)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
             passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket) if fd is not None}
             if init:
                 passed |= {status_w} | ({init_fd} if init_fd is not None else set())
+            if watched:
+                passed.add(gate_r)
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
             preexec = pdeathsig_preexec(os.getpid(), launch.cgroup_procs)
             proc = spawner.call(lambda: subprocess.Popen(
@@ -227,20 +240,25 @@ class BwrapBackend:
             if status_w != -1:
                 os.close(status_w)   # only our init holds the write end now (and bwrap)
                 status_w = -1
+            if gate_r != -1:
+                os.close(gate_r)
+                gate_r = -1
             report = read_info(info_r)
         except BaseException:
-            if status_r != -1:
-                os.close(status_r)
+            for fd in (status_r, gate_w):
+                if fd != -1:
+                    os.close(fd)
             raise
         finally:
             data.close()
-            for fd in (info_r, info_w, status_w):
+            for fd in (info_r, info_w, status_w, gate_r):
                 if fd != -1:
                     os.close(fd)
         m = re.search(rb'"child-pid"\s*:\s*(\d+)', report)
         if m is None:
-            if status_r != -1:
-                os.close(status_r)
+            for fd in (status_r, gate_w):
+                if fd != -1:
+                    os.close(fd)
             # bwrap stopped before it created the sandbox; its message went to stderr.
             try:
                 code = proc.wait(timeout=30)
@@ -266,7 +284,11 @@ class BwrapBackend:
                 proc.kill()   # bwrap, our child: its death takes the sandbox with it
                 os.waitpid(proc.pid, 0)
                 child.close()
+                if gate_w != -1:
+                    os.close(gate_w)
                 raise
+        if watched:
+            self._watch(child, proc, gate_w)
         if init:
             self._wait_for_init(child, proc, info, plan, exe)
         elif wait_for_exec(child, info.path) == 1:
@@ -276,6 +298,30 @@ class BwrapBackend:
             log.debug("bwrap: %s (%s), init %s: started, set up and exec'd in %.1f ms", info.path, info.version,
                       init or "none", ms(started))
         return child
+
+    @staticmethod
+    def _watch(child: BwrapChild, proc, gate_w: int) -> None:
+        """as_pid_1: start the launcher's lifetime monitor on pid 1's pidfd (checked to be
+        bwrap's child, so no reused pid), then open our init's gate (``-w``): the command
+        runs only once the monitor exists. A monitor that cannot start fails the launch,
+        the command never ran (the gate closed without a byte: the init exits).
+
+        Raises:
+            CapabilityUnavailable (lifetime_monitor_unavailable), SetupError.
+        """
+        try:
+            if child.pidfd < 0:
+                raise SetupError("as_pid_1: the sandbox's pid 1 ended before its lifetime monitor could hold it; "
+                                 "the command did not run", Reason.SETUP_FAILED, stage="lifetime monitor")
+            child.monitor = monitor.start(child.pidfd)
+            os.write(gate_w, b"\1")
+        except BaseException:
+            os.close(gate_w)
+            proc.kill()   # bwrap, our child: its death takes the sandbox with it
+            os.waitpid(proc.pid, 0)
+            child.close()
+            raise
+        os.close(gate_w)
 
     def _setup_failed(self, proc, info, plan) -> None:
         """bwrap exited 1 and the command was never seen running: a setup failure (the
@@ -376,9 +422,9 @@ class BwrapBackend:
                                 # pid 1 with a pid namespace (not as_pid_1): our init, or why not
                                 "init": init_state,
                                 # as_pid_1: the command is pid 1 and may clear its own
-                                # PR_SET_PDEATHSIG: kill() still ends it (SIGKILL to pid 1),
-                                # a SIGKILLed launcher does not (README "Lifetime")
-                                "as_pid_1_lifetime": "command-controlled"})
+                                # PR_SET_PDEATHSIG; the launcher's lifetime monitor ends it
+                                # with the launcher (backends/monitor.py), or why not
+                                "as_pid_1_lifetime": monitor.lifetime()})
         with self._lock:
             self._status[key] = result
         return result

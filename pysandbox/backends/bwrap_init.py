@@ -27,7 +27,7 @@ from ..memfd import ProgramUnavailable, program_fd
 from ..policy import CAPABILITIES
 from . import landlock
 from ._bwrap_pyinit import SOURCE
-from .bwrap_render import init_mode, join_path, proc_in_sandbox
+from .bwrap_render import init_mode, join_path, proc_in_sandbox, python_init_usable
 
 
 def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
@@ -83,12 +83,15 @@ def proc_readonly_paths(plan: P.Plan) -> list[str]:
 
 
 def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
-                 binds, pty: tuple[int, int, int] | None = None, proxy_socket: int | None = None) -> list[str]:
+                 binds, pty: tuple[int, int, int] | None = None, proxy_socket: int | None = None,
+                 gate: int | None = None) -> list[str]:
     """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
     setup options (native/psb_bwrap_init.c), then the real command. ``pty``: (socket,
     stdio mask, packed window size) of the sandbox's terminal (``-t``). ``proxy_socket``:
     network proxy mode, where the init sends the listener of the plan's ProxyListener
-    (``-p``, first: before anything of the command exists).
+    (``-p``, first: before anything of the command exists). ``gate``: as_pid_1, the read
+    end of the pipe on which the launcher says its lifetime monitor exists (``-w``: no
+    byte, no command; pysandbox/backends/monitor.py).
 
     Raises:
         BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
@@ -110,6 +113,8 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
                              stage="proxy listener")
         opts += ["-p", str(proxy_socket), str(listener.port)]
     opts += ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
+    if gate is not None:
+        opts += ["-w", str(gate)]
     ll = landlock.kind(plan.command_may_mount)
     if init_mode(plan) != "exec" and ll != landlock.NONE:
         opts += ["-L", str(ll)]   # the command in a Landlock domain, the C init dumpable (its owner reads it)
@@ -151,13 +156,6 @@ def searchable_parents(dest: str, ops) -> bool:
             return False
         parent = os.path.dirname(parent)
     return True
-
-
-def python_init_usable(plan: P.Plan) -> bool:
-    """Whether the fallback init (Python, when the native module is missing) can run in
-    ``plan``'s sandbox: this interpreter is visible there at its own path."""
-    host, _cover = P.host_path(sys.executable, plan.mount_ops)
-    return host == sys.executable and os.path.exists(sys.executable)
 
 
 def init_program(plan: P.Plan) -> int | None:

@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from ..records import dataclass
+from .monitor import Monitor
 
 
 @dataclass
@@ -34,6 +35,7 @@ class BwrapChild:
     as_pid_1: bool = False
     status_fd: int = -1
     pidfd: int = -1
+    monitor: Monitor | None = None   # as_pid_1: the launcher's lifetime monitor (monitor.py)
 
     _killed = False
 
@@ -90,8 +92,11 @@ class BwrapChild:
     def close(self) -> None:
         """Called once bwrap was reaped. Its pid 1 is gone then, unless bwrap itself was
         killed before that pid 1 bound itself to bwrap's life: SIGKILL it (by pidfd:
-        never another process) so nothing outlives bwrap."""
+        never another process) so nothing outlives bwrap; the monitor (as_pid_1) ended
+        and reaped."""
         self._signal_pid1(9)
+        if self.monitor is not None:
+            self.monitor.end()
         for name in ("status_fd", "pidfd"):
             fd = getattr(self, name)
             setattr(self, name, -1)

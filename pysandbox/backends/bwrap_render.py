@@ -18,6 +18,7 @@ real host unless the caller passes another); it starts nothing. Launching is in
 from __future__ import annotations
 
 import os
+import sys
 
 from .. import plan as P
 from ..errors import BwrapOptionUnsupported, PolicyError, Reason
@@ -56,10 +57,23 @@ def init_mode(plan: P.Plan, host: HostView = HOST) -> str | None:
     ``as_pid_1``), it forks the command, reaps and reports its status; ``"exec"``: a
     setup step that execs the command in its own process (``as_pid_1``: the command is
     pid 1; or no pid namespace); None: no init (the sandbox shows no procfs to exec it
-    through, and the command need not be forked)."""
+    through, and the command need not be forked; as_pid_1 without one fails closed on
+    the bwrap backend: nothing would hold the command until the lifetime monitor exists)."""
     if "pid" in plan.namespaces and not plan.as_pid_1:
         return "fork"
-    return "exec" if proc_in_sandbox(plan, host) is not None else None
+    if proc_in_sandbox(plan, host) is not None:
+        return "exec"
+    # as_pid_1: our init holds the command until the launcher's lifetime monitor exists
+    # (backends/monitor.py); without a procfs to exec the C one through, the Python one
+    return "exec" if plan.as_pid_1 and python_init_usable(plan) else None
+
+
+def python_init_usable(plan: P.Plan) -> bool:
+    """Whether the fallback init (Python: the native module is missing, or no procfs to
+    exec the C one through) can run in ``plan``'s sandbox: this interpreter is visible
+    there at its own path."""
+    host, _cover = P.host_path(sys.executable, plan.mount_ops)
+    return host == sys.executable and os.path.exists(sys.executable)
 
 
 def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False,

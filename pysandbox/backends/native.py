@@ -30,7 +30,7 @@ from ..errors import NativeModuleMissing, Reason
 from ..execpath import exec_candidates
 from .base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.
-from . import landlock
+from . import landlock, monitor
 from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, _load,  # noqa: F401
                           has_mount_setattr, init_fd)
 from .native_errors import namespace_error, setup_error
@@ -50,11 +50,13 @@ NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
 
 class NativeChild:
     """The launched sandbox: ``pid`` is its outermost process (pid 1 of its pid
-    namespace, or the command itself with as_pid_1)."""
+    namespace, or the command itself with as_pid_1, whose lifetime ``monitor`` holds,
+    :mod:`.monitor`)."""
 
-    def __init__(self, pid: int, status_fd: int):
+    def __init__(self, pid: int, status_fd: int, monitor: monitor.Monitor | None = None):
         self.pid = pid
         self._status_fd = status_fd
+        self.monitor = monitor
 
     def returncode(self, wait_status: int) -> int:
         """The command's returncode: the init reports the command's raw wait status
@@ -77,12 +79,17 @@ class NativeChild:
 
     def kill_sandbox(self) -> None:
         """Nothing beyond SIGKILL to ``pid`` (the caller sends it): our init is pid 1, a
-        separate undumpable process the command cannot make outlive the launcher."""
+        separate process the command cannot make outlive the launcher; with as_pid_1 the
+        monitor holds the command's lifetime."""
 
     def close(self) -> None:
+        """Called once ``pid`` was reaped (or the launch abandoned): the status pipe
+        closed, the monitor (as_pid_1) ended and reaped."""
         fd, self._status_fd = self._status_fd, -1
         if fd >= 0:
             os.close(fd)
+        if self.monitor is not None:
+            self.monitor.end()
 
 
 class _Ready:
@@ -161,6 +168,8 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
             os.waitpid(res.pid, 0)
             if res.status_fd >= 0:
                 os.close(res.status_fd)
+            if res.monitor_pid > 0:
+                monitor.Monitor(res.monitor_pid, res.monitor_fd).end()
         raise failed[0]
     return rc
 
@@ -281,6 +290,9 @@ class NativeBackend:
         L.pty_stdio = launch.pty_stdio
         L.pty_winsize = pack_winsize(launch.pty_winsize)
         L.proxy_fd = -1 if launch.proxy_socket is None else launch.proxy_socket
+        # as_pid_1: the launcher's lifetime monitor (fails closed without pidfds)
+        L.monitor = int(monitor.wanted(plan))
+        L.monitor_exe = init_fd() if L.monitor else -1
         res = ffi.new("struct psb_result *")
         on_start = _placing(launch.cgroup_procs, launch.on_start)
         if on_start is None:
@@ -296,7 +308,8 @@ class NativeBackend:
             raise err from OSError(res.err, os.strerror(res.err) if res.err else "")
         if res.status_fd >= 0:
             os.set_blocking(res.status_fd, False)
-        return NativeChild(res.pid, res.status_fd)
+        return NativeChild(res.pid, res.status_fd,
+                           monitor.Monitor(res.monitor_pid, res.monitor_fd) if res.monitor_pid > 0 else None)
 
     # -- status ---------------------------------------------------------------------
 

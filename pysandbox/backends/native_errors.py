@@ -14,8 +14,9 @@ from ..errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason
                       UserNamespaceUnavailable, error_for)
 from ..probe.host import nested_hint
 from ._native_lib import _load
+from .monitor import start_error as monitor_error
 from .native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
-                         STAGE_PARENT_DIED, STAGE_PTY, Compiled)
+                         STAGE_MONITOR, STAGE_PARENT_DIED, STAGE_PTY, Compiled)
 
 
 def _psb_probe():
@@ -86,6 +87,8 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
     if stage == STAGE_FDS:
         return SetupError(f"descriptor setup failed: {os.strerror(err)}", Reason.SETUP_FAILED,
                           stage="descriptors", errno=err)
+    if stage == STAGE_MONITOR:
+        return monitor_error(err)
     if stage == STAGE_PTY:
         return SetupError(f"the sandbox's terminal: cannot open a pty in the sandbox's /dev/pts or hand it "
                           f"over: {os.strerror(err)}; the command did not run", Reason.TERMINAL_UNAVAILABLE,

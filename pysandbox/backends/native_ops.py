@@ -30,6 +30,7 @@ OP_KINDS = ("IDMAP", "PDEATHSIG", "SETUP_ROOT", "MKDIRS", "MKFILE", "BIND", "MOU
 OP = {name: i + 1 for i, name in enumerate(OP_KINDS)}
 STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE = 1, 2, 3, 4, 5, 6   # (7, 8: hops, never failures)
 STAGE_PTY = 9   # the sandbox's terminal (launch pty_fd)
+STAGE_MONITOR = 10   # the launcher's lifetime monitor of an as_pid_1 launch (launch monitor)
 F_RO, F_DEV, F_OPTIONAL, F_BIND, F_MODE, F_USERNS_FDS, F_IF_WRITABLE = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40
 F_CURRENT_IDS, F_LIFELINE, F_NO_AMBIENT, F_NOFOLLOW, F_NO_RAISE = 0x80, 0x100, 0x200, 0x400, 0x800
 PROBE_CLONE, PROBE_PROC, PROBE_LOOPBACK, PROBE_IDMAP = 0, 1, 2, 3

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..backends.base import BackendStatus, CapabilityStatus
 from ..backends._native_lib import _load, has_mount_setattr, init_fd
+from ..backends.monitor import lifetime, unavailable
 from ..backends.native_ops import CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC
 from ..errors import NativeModuleMissing, Reason
 
@@ -83,6 +84,9 @@ def probe_native(subject=None) -> BackendStatus:
     if needs.net:
         needed += ["net", "loopback"]
     missing = [caps[n] for n in needed if not caps[n].available]
+    if needs.as_pid_1 and unavailable() is not None:   # no lifetime monitor: as_pid_1 fails closed
+        missing.append(CapabilityStatus("lifetime_monitor", False, Reason.LIFETIME_MONITOR_UNAVAILABLE.value,
+                                        unavailable() or ""))
     exec_init = init_fd() >= 0
     # Which pid-1 init a launch of this policy runs: "exec" (the freestanding init
     # from a sealed memfd), "fork" (an undumpable copy of the caller: the memfd init
@@ -91,9 +95,10 @@ def probe_native(subject=None) -> BackendStatus:
     init_needed = needs.pid and not needs.as_pid_1
     init_mode = "none" if not init_needed else ("exec" if exec_init else "fork")
     info = {"has_mount_setattr": has_mount_setattr(), "exec_init": exec_init, "init_mode": init_mode,
-            # as_pid_1: the command is pid 1 and may clear its own PR_SET_PDEATHSIG: kill()
-            # still ends it, a SIGKILLed launcher does not (README "Lifetime")
-            "as_pid_1_lifetime": "command-controlled"}
+            # as_pid_1: the command is pid 1 and may clear its own PR_SET_PDEATHSIG; the
+            # launcher's lifetime monitor ends it with the launcher (backends/monitor.py),
+            # or why not (then as_pid_1 launches fail closed)
+            "as_pid_1_lifetime": lifetime()}
     if missing:
         first = missing[0]
         return BackendStatus("native", False, first.reason, f"{first.name}: {first.detail}",

@@ -3,8 +3,11 @@ lifetime). Both backends: the sandbox's pid 1 cannot be ptraced or read by the c
 (live control: the command ptraces its own child), a --timeout, kill() and a SIGKILLed
 launcher end every process of the sandbox even when the command ignores SIGTERM, clears
 its PR_SET_PDEATHSIG and forks setsid'd descendants, and the reported exit status is
-the command's own whatever it writes to its descriptors. ``as_pid_1``: kill() still
-ends everything; a SIGKILLed launcher does not (documented, ``status`` says so).
+the command's own whatever it writes to its descriptors. ``as_pid_1`` (the command is
+pid 1 and clears its own PR_SET_PDEATHSIG): kill() ends everything, and so does a
+SIGKILLed launcher, through the lifetime monitor (live control: the same sandbox with the
+monitor switched off outlives its launcher); tests/security/test_lifetime_monitor.py
+attacks the monitor itself.
 
 Processes are found by a unique marker in their command line; whatever a test made
 and left is killed by pid in ``finally``."""
@@ -12,9 +15,11 @@ and left is killed by pid in ``finally``."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -142,26 +147,41 @@ def test_timeout_ends_a_hostile_sandbox(backend, tmp_path):
         _kill_leftovers(marker)
 
 
-LAUNCHER = r'''
-import sys, time
+LAUNCHER = r"""
+import os, sys, time
 import pysandbox
-policy = pysandbox.Policy.default(workdir=sys.argv[3], as_pid_1=sys.argv[4] == "1")
+from pysandbox.backends import monitor
+mode = sys.argv[4]
+if mode == "nomonitor":   # the live control: the internal test switch, in this launcher only
+    monitor._test_disabled = True
+policy = pysandbox.Policy.default(workdir=sys.argv[3], as_pid_1=mode != "0")
 proc = pysandbox.Popen(sys.argv[5:], policy=policy, backend=sys.argv[1], stdout=pysandbox.PIPE)
-sys.stdout.write(proc.stdout.readline().decode())
+watcher = proc._child.monitor if mode != "0" else None
+sys.stdout.write(proc.stdout.readline().decode().strip() + " %d\n" % (watcher.pid if watcher else -1))
 sys.stdout.flush()
 time.sleep(600)
-'''
+"""
 
 
-def _sigkill_launcher(backend, tmp_path, marker, as_pid_1):
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, backend, marker, str(tmp_path),
-                                 "1" if as_pid_1 else "0", *_hostile(marker)],
+def _sigkill_launcher(backend, tmp_path, marker, mode, command, n=3, alive=None):
+    """Start LAUNCHER (``mode``: "0", "1" as_pid_1, "nomonitor" as_pid_1 without the
+    monitor) running ``command``, wait for its "ready" line and ``n`` processes with the
+    marker (the launcher's own included) and for ``alive()``, then SIGKILL the launcher by
+    its pid. Returns (the rest of the command's first line, the monitor's pidfd or -1:
+    opened while the launcher, its parent, was alive)."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, backend, marker, str(tmp_path), mode, *command],
                                 stdout=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
                                     os.path.abspath(__file__)))))
+    watcher = -1
     try:
-        assert launcher.stdout.readline() == b"ready\n"
-        assert _all_up(marker)
+        line = launcher.stdout.readline().split()
+        assert line[:1] == [b"ready"], line
+        if int(line[-1]) > 0:
+            watcher = os.pidfd_open(int(line[-1]))   # the launcher has not reaped it: still it
+        assert _all_up(marker, n)
+        assert alive is None or alive(), "the sandbox is not running as it should before the kill"
         os.kill(launcher.pid, signal.SIGKILL)
+        return line[1:-1], watcher
     finally:
         launcher.kill()
         launcher.wait()
@@ -171,26 +191,94 @@ def _sigkill_launcher(backend, tmp_path, marker, as_pid_1):
 def test_sigkilled_launcher_leaves_nothing(backend, tmp_path):
     marker = f"psb-life-{uuid.uuid4().hex}"
     try:
-        _sigkill_launcher(backend, tmp_path, marker, as_pid_1=False)
+        _sigkill_launcher(backend, tmp_path, marker, "0", _hostile(marker))
         assert wait_until(lambda: not processes_with(marker)), processes_with(marker)
     finally:
         _kill_leftovers(marker)
 
 
-def test_as_pid_1_lifetime_is_command_controlled(backend, tmp_path):
-    """The documented limit of as_pid_1 (README, THREAT_MODEL): the command is pid 1 and
-    may clear its own PR_SET_PDEATHSIG, so a SIGKILLed launcher leaves it running;
-    ``status`` says so. Live: the hostile command outlives its launcher (then is killed
-    by pid here), so the docs cannot claim more than holds."""
-    info = pysandbox.status(backend=backend).backends[backend].info
-    assert info.get("as_pid_1_lifetime") == "command-controlled", info
-    marker = f"psb-life-{uuid.uuid4().hex}"
+# as_pid_1's hostile command: pid 1 itself clears its PR_SET_PDEATHSIG (and checks it is
+# cleared), SIGKILLs everything it can see (kill(-1): its pid namespace, not the host's
+# monitor), forks a setsid'd descendant that clears its own too and beats a heartbeat
+# file in the workdir every 20 ms, says "ready <pid> <pdeathsig>", then sleeps.
+PID1 = r"""
+import ctypes, os, signal, sys, time
+marker, beat = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+libc.prctl(1, 0, 0, 0, 0)                          # PR_SET_PDEATHSIG 0
+now = ctypes.c_int(-1)
+libc.prctl(2, ctypes.byref(now), 0, 0, 0)          # PR_GET_PDEATHSIG
+try:
+    os.kill(-1, signal.SIGKILL)
+except ProcessLookupError:                         # nothing else it can see
+    pass
+BEAT = "import ctypes, os, sys, time; ctypes.CDLL(None).prctl(1, 0, 0, 0, 0); n = 0\n" \
+       "while True:\n n += 1; open(sys.argv[2] + '.new', 'w').write(str(n)); " \
+       "os.replace(sys.argv[2] + '.new', sys.argv[2]); time.sleep(0.02)"
+if os.fork() == 0:
+    os.setsid()
+    os.execv(sys.executable, [sys.executable, "-c", BEAT, marker, beat])
+print("ready", os.getpid(), now.value, flush=True)
+while True:
     try:
-        _sigkill_launcher(backend, tmp_path, marker, as_pid_1=True)
-        # the launcher is dead and reaped; the sandbox keeps running
-        assert len(processes_with(marker)) >= 3
+        os.wait()
+    except ChildProcessError:
+        time.sleep(1000)
+"""
+
+
+def _beat(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _beating(path, seconds=5.0):
+    """Whether the heartbeat file changes within ``seconds``."""
+    first = _beat(path)
+    return wait_until(lambda: _beat(path) not in (None, first), seconds)
+
+
+@pytest.mark.parametrize("mode", ["1", "nomonitor"])
+def test_as_pid_1_dies_with_a_sigkilled_launcher(backend, tmp_path, mode):
+    """as_pid_1: the command is pid 1 and clears its own PR_SET_PDEATHSIG, its setsid'd
+    descendant too; the launcher is SIGKILLed by its pid. The lifetime monitor
+    (pysandbox/backends/monitor.py) SIGKILLs pid 1 through its pidfd: pid 1, the
+    descendant and the monitor itself are gone within a bound, and the heartbeat stops.
+    Controls: before the kill both were alive and the heartbeat beat; with the monitor
+    off (the internal test switch, in that launcher only: ``nomonitor``) the same
+    sandbox outlives its launcher, so the leak the monitor closes is real."""
+    marker = f"psb-life-{uuid.uuid4().hex}"
+    beat = str(tmp_path / "heartbeat")
+    watcher = -1
+    try:
+        first, watcher = _sigkill_launcher(backend, tmp_path, marker, mode,
+                                           [sys.executable, "-I", "-c", PID1, marker, beat], n=3,
+                                           alive=lambda: _beating(beat))
+        assert first == [b"1", b"0"], first   # pid 1, its PR_SET_PDEATHSIG cleared
+        assert (watcher >= 0) == (mode == "1")
+        if mode == "nomonitor":
+            time.sleep(1.0)
+            assert len(processes_with(marker)) >= 2, "without the monitor the sandbox should outlive its launcher"
+            assert _beating(beat)
+            return
+        assert wait_until(lambda: not processes_with(marker), 10.0), processes_with(marker)
+        assert select.select([watcher], [], [], 10.0)[0], "the monitor outlived its work"
+        last = _beat(beat)
+        time.sleep(0.3)
+        assert _beat(beat) == last, "the heartbeat goes on"
     finally:
+        if watcher >= 0:
+            os.close(watcher)
         _kill_leftovers(marker)
+
+
+def test_as_pid_1_status_says_monitor(backend):
+    info = pysandbox.status(backend=backend).backends[backend].info
+    assert info.get("as_pid_1_lifetime") == "monitor", info
 
 
 FORGER = r'''

@@ -48,6 +48,7 @@ EXPECTED_CLASS = {
     "loopback_setup_failed": E.CapabilityUnavailable,
     "proc_mount_failed": E.CapabilityUnavailable,
     "seccomp_unavailable": E.CapabilityUnavailable,
+    "lifetime_monitor_unavailable": E.CapabilityUnavailable,
     "native_module_missing": E.NativeModuleMissing,
     "bwrap_not_found": E.BwrapNotFound,
     "bwrap_setuid_rejected": E.SetuidRejected,
