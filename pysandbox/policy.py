@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 from .checks import (as_tuple, canonical, check_fd, check_id, check_mode, check_path,  # noqa: F401
                      check_size, require_hashable, set_field, validated)
+from .credentials import default_hides
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
@@ -40,7 +41,6 @@ CAPABILITIES = (
     "audit_control", "setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm",
     "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
 )
-
 
 
 # ---------------------------------------------------------------- network, environment
@@ -313,10 +313,10 @@ class Policy:
         fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
         uts and (network deny or proxy) net namespaces; die with parent; new session.
         ``allow_hosts`` with ``network="proxy"``: the proxy's allow-list (:class:`Network`). Extra
-        ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs``
-        adds private tmpfs mounts. Nested paths are applied parents first. In network
-        deny mode the well-known Unix-socket authority (authority.py) that exists now is
-        masked and its variables unset, unless ``keep_authority_sockets=True``.
+        ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs`` adds private tmpfs mounts.
+        Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
+        (authority.py) that exists now is masked and its variables unset, unless ``keep_authority_sockets``;
+        the credential stores that exist now are hidden (credentials.py) unless ``hide_credentials=False``.
 
         Raises:
             PolicyError: a bad path, a missing bind source, or a bad override;
@@ -365,7 +365,7 @@ class Policy:
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
-            op for _, _, op in items)
+            op for _, _, op in items) + default_hides(items, overrides.pop("hide_credentials", True))
         if isinstance(network, str):
             network = Network(network, allow_hosts)
         elif allow_hosts:
