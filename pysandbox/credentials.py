@@ -139,26 +139,28 @@ def homes(environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
 def candidates(environ: Mapping[str, str] | None = None) -> list[CredentialStore]:
     """Every store pysandbox knows for this caller, existing or not, in a stable order
     (:data:`SYSTEM_STORES` globs expanded)."""
-    env = os.environ if environ is None else environ
-    found: list[CredentialStore] = []
+    return [CredentialStore(*entry) for entry in _candidates(os.environ if environ is None else environ)]
+
+
+def _candidates(env: Mapping[str, str]):
+    """``(path, kind, source)`` of each candidate (no records: most do not exist)."""
     for home, source in homes(env):
         for kind, rel in HOME_STORES:
-            found.append(CredentialStore(f"{home}/{rel}", kind, source))
+            yield f"{home}/{rel}", kind, source
     for var, prefix in _XDG:
         base = env.get(var, "")
         if base.startswith("/") and base != "/":
             for kind, rel in HOME_STORES:
                 if rel.startswith(prefix):
-                    found.append(CredentialStore(f"{base.rstrip('/')}/{rel[len(prefix):]}", kind, var))
+                    yield f"{base.rstrip('/')}/{rel[len(prefix):]}", kind, var
     for var, kind, name in ENV_STORES:
         for value in env.get(var, "").split(":") if var == "KUBECONFIG" else [env.get(var, "")]:
             if value.startswith("/") and value.strip("/"):
-                found.append(CredentialStore(f"{value.rstrip('/')}/{name}" if name else value, kind, var))
+                yield (f"{value.rstrip('/')}/{name}" if name else value), kind, var
     if os.geteuid() == 0:
         for kind, path in SYSTEM_STORES:
             for one in sorted(glob.glob(path)) if "*" in path else [path]:
-                found.append(CredentialStore(one, kind, "root caller"))
-    return found
+                yield one, kind, "root caller"
 
 
 def present(environ: Mapping[str, str] | None = None) -> list[CredentialStore]:
@@ -166,16 +168,17 @@ def present(environ: Mapping[str, str] | None = None) -> list[CredentialStore]:
     symlinks resolved, as the host has them)."""
     seen: set = set()
     out = []
-    for store in candidates(environ):
+    for path, kind, source in _candidates(os.environ if environ is None else environ):
         try:
-            real = os.path.realpath(store.path)
+            os.lstat(path)   # most are missing: one system call each
+            real = os.path.realpath(path)
             os.lstat(real)
         except (OSError, ValueError):
             continue
         if real in seen or real == "/":
             continue
         seen.add(real)
-        out.append(CredentialStore(real, store.kind, store.source))
+        out.append(CredentialStore(real, kind, source))
     return out
 
 
