@@ -241,3 +241,26 @@ def test_root_caller_cannot_read_etc_shadow(backend, tmp_path, hide):
             assert res["/etc/gshadow"]["ok"] is False
     else:   # control: uid 0 in the sandbox is the host's root, and reads them
         assert res["/etc/shadow"]["value"] == digest
+
+
+def test_status_reports_the_hidden_stores_and_the_opt_out(fake_home):
+    """``pysandbox status`` (text and --json) with the caller's $HOME: what is hidden, what
+    stays readable, and how to opt out; --no-hide-credentials shows the stores readable."""
+    stores = {os.path.join(fake_home, rel) for rel in (".ssh", ".aws", ".netrc", ".docker")}
+
+    def status(*flags):
+        done = subprocess.run([sys.executable, "-m", "pysandbox", "status", *flags], capture_output=True,
+                              text=True, timeout=120, cwd=fake_home)
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr
+        return done.stdout
+
+    import json
+    cov = json.loads(status("--json"))["credentials"]
+    assert stores <= set(cov["hidden"]) and not stores & set(cov["readable"])
+    assert "--no-hide-credentials" in cov["opt_out"]
+    off = json.loads(status("--json", "--no-hide-credentials"))["credentials"]
+    assert stores <= set(off["readable"]) and not stores & set(off["hidden"])
+    text = status()
+    line = next(ln for ln in text.splitlines() if ln.startswith("credentials: hidden "))
+    assert all(s in line for s in stores), line
+    assert "  opt out: --no-hide-credentials" in text
