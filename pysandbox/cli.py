@@ -176,21 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _common_args(parser, network_help: str) -> None:
     """The options ``run`` and ``status`` share."""
     parser.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
-    _profile_arg(parser)
-    _backend_arg(parser)
+    parser.add_argument("--profile", metavar="FILE|NAME", help="read the policy from a TOML profile: a file (a path "
+                        "with '/' or ending in .toml) or a shipped profile's name (agent, ci, inspect); options given here win")
+    parser.add_argument("--backend", choices=("auto", "native", "bwrap"), default=None,
+                        help="auto (native where it works, else bwrap; default), native or bwrap")
     parser.add_argument("--network", choices=("deny", "allow", "proxy"), default=None, help=network_help)
     parser.add_argument("--allow-host", action="append", default=[], type=_allow_host, metavar="HOST[:PORT]",
                         help="with --network proxy: a host the proxy lets through (repeatable)")
-
-
-def _backend_arg(parser):
-    parser.add_argument("--backend", choices=("auto", "native", "bwrap"), default=None,
-                        help="auto (native where it works, else bwrap; default), native or bwrap")
-
-
-def _profile_arg(parser):
-    parser.add_argument("--profile", metavar="FILE|NAME", help="read the policy from a TOML profile: a file (a path "
-                        "with '/' or ending in .toml) or a shipped profile's name (agent, ci, inspect); options given here win")
+    parser.add_argument("--no-hide-credentials", dest="hide_credentials", action="store_false", help="show the "
+                        "credential stores hidden by default (~/.ssh, ~/.aws, ~/.netrc, ...; /etc/shadow for root; "
+                        "pysandbox/credentials.py); to show just one, bind it (ro or rw) by its path instead")
 
 
 def _fd(text: str) -> int:
@@ -291,6 +286,7 @@ def _policy(args, profile=None):
         if getattr(args, flag):
             kw[flag] = True
     cli_seccomp.merge(kw, args)
+    kw["hide_credentials"] = kw.get("hide_credentials", True) and args.hide_credentials   # the profile's, or off
     policy = Policy.default(**kw)
     if profile is not None:
         profile.check_outside(policy)
@@ -420,15 +416,16 @@ def _status(args, profile=None) -> int:
     from .policy import Env, Policy
     from .status import status
     _launch_settings(args, profile)
+    creds = {} if args.hide_credentials else {"hide_credentials": False}   # a flag turns it off, never on
     if profile is not None:
-        kw = {"network": args.network} if args.network is not None else {}
+        kw = ({"network": args.network} if args.network is not None else {}) | creds
         if args.allow_host:
             kw["allow_hosts"] = list(profile.get("allow_hosts", ())) + args.allow_host
         if profile.raw.get("workdir") == ".":
             kw["workdir"] = _default_workdir()
         policy = profile.policy(Policy, Env, **kw)
     else:
-        policy = Policy.default(network=args.network or "deny", allow_hosts=args.allow_host)
+        policy = Policy.default(network=args.network or "deny", allow_hosts=args.allow_host, **creds)
     st = status(policy, backend=args.backend)
     if args.verbose:
         import logging

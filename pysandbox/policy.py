@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
                      check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
                      validated)
+from .credentials import default_hides
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
@@ -33,7 +34,6 @@ PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy")
 _ENV_NAME = re.compile(r"^[^=\x00]+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
-
 
 # ---------------------------------------------------------------- network, environment
 
@@ -313,10 +313,10 @@ class Policy:
         fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
         uts and (network deny or proxy) net namespaces; die with parent; new session.
         ``allow_hosts`` with ``network="proxy"``: the proxy's allow-list (:class:`Network`). Extra
-        ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs``
-        adds private tmpfs mounts. Nested paths are applied parents first. In network
-        deny mode the well-known Unix-socket authority (authority.py) that exists now is
-        masked and its variables unset, unless ``keep_authority_sockets=True``.
+        ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs`` adds private tmpfs mounts.
+        Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
+        (authority.py) that exists now is masked and its variables unset, unless ``keep_authority_sockets``;
+        the credential stores that exist now are hidden (credentials.py) unless ``hide_credentials=False``.
 
         Raises:
             PolicyError: a bad path, a missing bind source, or a bad override;
@@ -362,7 +362,7 @@ class Policy:
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
-            op for _, _, op in items)
+            op for _, _, op in items) + default_hides(items, overrides.pop("hide_credentials", True))
         if isinstance(network, str):
             network = Network(network, allow_hosts)
         elif allow_hosts:

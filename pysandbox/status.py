@@ -43,6 +43,8 @@ class Status:
     host: dict = field(default_factory=dict)        # probe.host_capabilities(): userns, netns, sysctls
     # Unix-socket authority coverage (authority.coverage): what is masked, exactly
     authority: dict = field(default_factory=dict)
+    # credential stores (credentials.coverage): what is hidden, what stays readable, the opt-out
+    credentials: dict = field(default_factory=dict)
     # resource limits (enforcement.host_limits): per limit, whether this launcher can
     # enforce it here, by what, or the reason it cannot
     limits: dict = field(default_factory=dict)
@@ -83,7 +85,7 @@ def status(policy=None, *, backend: str = "auto") -> Status:
     else:
         chosen = backend
     picked = backends[chosen]
-    from . import authority, probe, seccomp
+    from . import authority, credentials, probe, seccomp
     from .enforcement import host_limits
     host = probe.host_capabilities()
     limits = host_limits()
@@ -95,7 +97,8 @@ def status(policy=None, *, backend: str = "auto") -> Status:
     result = Status(available, chosen, reason, detail, backends,
                     dict(picked.network), policy.network.mode,
                     host={"userns": host.userns, "netns": host.netns, **host.detail},
-                    authority=authority.coverage(policy), limits=limits, seccomp=seccomp.coverage(policy))
+                    authority=authority.coverage(policy), limits=limits, seccomp=seccomp.coverage(policy),
+                    credentials=credentials.coverage(policy))
     with _lock:
         _cache[key] = result
     return result

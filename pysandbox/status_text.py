@@ -28,6 +28,8 @@ def format_status(st) -> str:
         lines.append(f"host: {facts}")
     if st.authority:
         lines.extend(authority_lines(st.authority))
+    if st.credentials:
+        lines.extend(credential_lines(st.credentials))
     if st.limits:
         lines.extend(limit_lines(st.limits))
     if st.seccomp:
@@ -55,6 +57,14 @@ def authority_lines(cov: dict) -> list[str]:
     flags = [name for name in ("kept", "strict_unix") if cov.get(name)]
     head = "authority sockets" + (f" ({', '.join(flags)})" if flags else "")
     return [f"{head}: masked {masked}; variables unset {unset}", f"  {cov.get('scope', '')}"]
+
+
+def credential_lines(cov: dict) -> list[str]:
+    """``status``'s credential stores (credentials.coverage) as text lines."""
+    hidden = ", ".join(cov.get("hidden") or ()) or "none"
+    readable = ", ".join(cov.get("readable") or ()) or "none"
+    return [f"credentials: hidden {hidden}; readable {readable}", f"  {cov.get('scope', '')}",
+            f"  opt out: {cov.get('opt_out', '')}"]
 
 
 def limit_lines(limits: dict) -> list[str]:

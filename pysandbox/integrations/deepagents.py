@@ -130,7 +130,7 @@ class PysandboxSandbox(BaseSandbox):
 
     With no ``policy``, the sandbox runs under ``Policy.default(workdir=...)`` over a
     fresh host temporary directory (the commands' working directory, removed by
-    ``close``). With a ``policy``, that policy as it is, and nothing is removed.
+    ``close``), which hides the caller's credential stores (``pysandbox/credentials.py``). With a ``policy``, that policy as it is, and nothing is removed.
     ``backend``: ``"auto"``, ``"native"`` or ``"bwrap"``. ``env``: the commands'
     environment before the policy's Env edits (default: the caller's, as
     ``pysandbox.run``). ``default_timeout``: seconds for ``execute`` without a timeout

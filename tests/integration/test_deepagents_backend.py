@@ -179,3 +179,35 @@ def test_given_policy_keeps_its_workdir(backend, tmp_path):
         assert sb.workdir is None
         assert sb.execute("echo x > f && pwd").output == f"{wd}\n"
     assert (wd / "f").read_text() == "x\n"
+
+
+def test_credential_stores_cannot_be_downloaded(backend, host_dir, monkeypatch):
+    """The backend's default policy hides the caller's credential stores (a fake $HOME's
+    ~/.ssh) and, for a root caller, /etc/shadow: the downloads fail. Control: the same
+    downloads under the opt-out policy return the files."""
+    import hashlib
+
+    import pysandbox
+    home = tempfile.mkdtemp(prefix="psb-da-home-", dir="/var/tmp")
+    try:
+        os.chmod(home, 0o755)
+        os.mkdir(os.path.join(home, ".ssh"))
+        key = os.path.join(home, ".ssh", "id_ed25519")
+        with open(key, "w") as f:
+            f.write("SECRET-key")
+        monkeypatch.setenv("HOME", home)
+        root = os.geteuid() == 0
+        paths = [key, "/etc/shadow"] if root else [key]
+        with PysandboxSandbox(backend=backend) as sb:
+            downs = sb.download_files(paths)
+        for path, got in zip(paths, downs):
+            assert got.content is None and got.error in ("permission_denied", "file_not_found"), (path, got)
+        policy = pysandbox.Policy.default(workdir=host_dir, hide_credentials=False)
+        with PysandboxSandbox(policy=policy, backend=backend) as sb:
+            downs = sb.download_files(paths)
+        assert downs[0].error is None and downs[0].content == b"SECRET-key"
+        if root:   # compared by digest: the host's hashes are never printed
+            with open("/etc/shadow", "rb") as f:
+                assert hashlib.sha256(downs[1].content or b"").hexdigest() == hashlib.sha256(f.read()).hexdigest()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

@@ -28,8 +28,10 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               "--profile",
               # resource limits (README "Resource limits", pysandbox/cli_limits.py)
               "--limit-memory", "--limit-pids", "--limit-cpu", "--limit-wall", "--limit-file-size",
-              "--limit-open-files")
-DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile")
+              "--limit-open-files",
+              # the credential stores' opt-out (README "The policy", pysandbox/credentials.py)
+              "--no-hide-credentials")
+DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile", "--no-hide-credentials")
 
 
 def parse(*argv):
