@@ -171,7 +171,8 @@ def _mode_policy(fds):
         # existing paths keep their modes (bwrap: no chmod of an existing dir or file)
         P.Dir("/ex/p/q", mode=0o750), P.Dir("/ex/p/q", mode=0o700), P.File("/ex/p/q/f", fd=fds[5], mode=0o640),
         P.File("/ex/p/q/f", fd=fds[6], mode=0o600))
-    return PP.Policy(fs=fs, namespaces={"user", "pid", "ipc"}, pass_fds=tuple(fds))
+    # bwrap's own `--bind /etc` beside it: a writable system tree, on purpose
+    return PP.Policy(fs=fs, namespaces={"user", "pid", "ipc"}, pass_fds=tuple(fds), allow_broad_writable=True)
 
 
 def _mode_bwrap_args(fds):
