@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping
 
 from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
@@ -34,6 +35,8 @@ PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy")
 _ENV_NAME = re.compile(r"^[^=\x00]+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
+_PATH_FIELDS = frozenset({"fs", "chdir", "allow_broad_writable", "follow_writable_symlinks"})   # writable.py's
+_UNCHANGED_PATHS = threading.local()
 
 # ---------------------------------------------------------------- network, environment
 
@@ -273,7 +276,8 @@ class Policy:
             set_field(self, "limits", None)
         if self.argv0 is not None and (not isinstance(self.argv0, str) or "\x00" in self.argv0):
             raise PolicyError("argv0 must be a string without NUL", Reason.INVALID_VALUE, self.argv0)
-        _check_writable(self)
+        if not getattr(_UNCHANGED_PATHS, "on", False):
+            _check_writable(self)
 
     def _check_block_fds(self, passed) -> None:
         for name in ("block_fd", "userns_block_fd", "userns_fd", "pidns_fd", "userns2_fd"):
@@ -385,7 +389,13 @@ class Policy:
         return load(path).policy(cls, Env, **overrides)
 
     def replace(self, **changes) -> "Policy":
-        return replace(self, **changes)
+        """A copy with ``changes``; one that changes no field :mod:`pysandbox.writable` judges
+        keeps the policy-time judgement instead of walking the host again (a session's copy)."""
+        _UNCHANGED_PATHS.on = not changes.keys() & _PATH_FIELDS
+        try:
+            return replace(self, **changes)
+        finally:
+            _UNCHANGED_PATHS.on = False
 
     @property
     def writable_host_paths(self) -> tuple[str, ...]:

@@ -229,6 +229,8 @@ def test_launcher_dead_before_its_monitor_never_runs_the_command(backend, tmp_pa
     assert all(os.path.basename(cmd.split(" ", 1)[0]) == "bwrap" for _pid, cmd in found), found
 
 
+@pytest.mark.one_shot_only("a one-shot as_pid_1 launch and its monitor; a session is as_pid_1 itself, so its "
+                            "control would fail closed the same way")
 def test_without_pidfds_as_pid_1_fails_closed(backend, tmp_path, monkeypatch):
     """No pidfd_open (Linux < 5.3, simulated): an as_pid_1 launch raises
     lifetime_monitor_unavailable and the command never ran; ``status`` names it.

@@ -168,3 +168,19 @@ def test_pybwrap_keeps_bwrap_behaviour(planted):
 def test_the_opt_ins_must_be_bools():
     for name in ("allow_broad_writable", "follow_writable_symlinks"):
         assert refused(lambda: Policy(**{name: "yes"})).reason is Reason.INVALID_VALUE
+
+
+def test_a_copy_that_changes_no_path_field_keeps_the_policy_time_judgement(tmp_path):
+    """A session launches ``policy.replace(as_pid_1=True, ...)``: that copy must launch what
+    the caller's policy allowed (as a one-shot launch of it would), not walk the host again;
+    the launch's own no-follow checks still refuse a symlink swapped in since. Control: a
+    copy that changes ``fs`` is judged again."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    policy = Policy.default(workdir=tmp_path, rw=[sub])
+    sub.rmdir()
+    os.symlink("/etc", sub)
+    assert policy.replace(as_pid_1=True, pass_fds=()).as_pid_1
+    with pytest.raises(PolicyError) as info:
+        policy.replace(fs=policy.fs)
+    assert info.value.reason is Reason.SYMLINK_IN_PATH
