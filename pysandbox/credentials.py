@@ -172,10 +172,15 @@ def present(environ: Mapping[str, str] | None = None) -> list[CredentialStore]:
         try:
             os.lstat(path)   # most are missing: one system call each
             real = os.path.realpath(path)
-            os.lstat(real)
+            st = os.lstat(real)
         except (OSError, ValueError):
             continue
         if real in seen or real == "/":
+            continue
+        if not (os.access(real, os.R_OK) or (stat.S_ISDIR(st.st_mode) and os.access(real, os.X_OK))):
+            # The caller cannot read it, so neither can its sandbox (the uid 0 of an
+            # unprivileged user namespace, `unshare -r`, sees /etc/ssl/private so, and
+            # may not mount over it): nothing to hide, and no hide to fail.
             continue
         seen.add(real)
         out.append(CredentialStore(real, kind, source))

@@ -185,3 +185,16 @@ def test_coverage_and_status_text(home):
     off = credentials.coverage(Policy.default(workdir=f"{h}/proj", hide_credentials=False))
     assert {f"{h}/.aws", f"{h}/.netrc", f"{h}/.ssh"} <= set(off["readable"]) and not _mine(off["hidden"], home)
     assert "no credential store is hidden" in off["scope"]
+
+
+def test_a_store_the_caller_cannot_read_is_not_hidden(home, monkeypatch):
+    """A store the caller cannot read is out of its sandbox's reach already, and a hide of
+    it may not be makeable (the uid 0 of ``unshare -r`` may not mount over
+    /etc/ssl/private): it is left out. Control: the readable stores beside it are hidden.
+    (Root reads everything, so the refusal is simulated for one path.)"""
+    real_access = os.access
+    netrc = str(home / ".netrc")
+    monkeypatch.setattr(credentials.os, "access", lambda p, mode: p != netrc and real_access(p, mode))
+    got = [store.path for store in credentials.present()]
+    assert netrc not in got
+    assert str(home / ".ssh") in got and str(home / ".aws") in got
