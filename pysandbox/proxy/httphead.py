@@ -60,6 +60,8 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
     if not text or "@" in text:
         raise BadRequest("the authority is empty or carries user information")
     host, port_text = split_host_port(text)
+    if host in ("", "[]"):
+        raise BadRequest("the authority names no host")
     if port_text is None:
         if default_port is None:
             raise BadRequest("CONNECT needs host:port")

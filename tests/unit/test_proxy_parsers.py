@@ -231,6 +231,17 @@ def test_a_head_is_parsed_or_bad_request_never_another_error(noise):
             assert " " not in lines[0].split(" ", 1)[1].rsplit(" ", 1)[0]   # the path has no space
 
 
+@pytest.mark.parametrize("head", [b"GET http://:1 HTTP/1.1\r\n\r\n", b"CONNECT :1 HTTP/1.1\r\n\r\n",
+                                  b"CONNECT []:443 HTTP/1.1\r\n\r\n", b"GET http://:80/x HTTP/1.1\r\n\r\n"])
+def test_an_authority_with_a_port_and_no_host_is_refused(head):
+    """Found by the property test above (noise b':1'): a port alone parsed as host ''.
+    Control: the same heads with a host parse."""
+    with pytest.raises(httphead.BadRequest, match="no host"):
+        httphead.parse_request(head)
+    fixed = head.replace(b"//:", b"//a.test:").replace(b"CONNECT :", b"CONNECT a.test:").replace(b"[]", b"[::1]")
+    assert httphead.parse_request(fixed).host in ("a.test", "[::1]")
+
+
 @pytest.mark.parametrize("head", [
     b"GET http://a.test/ HTTP/1.1\nHost: a.test\n\n",              # bare LF line ends
     b"GET http://a.test/ HTTP/1.1\r\nX: a\r\n b\r\n\r\n",             # obs-fold
