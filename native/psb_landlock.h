@@ -14,7 +14,7 @@
  * does not stop a command that keeps CAP_SYS_PTRACE in the sandbox's user namespace).
  *
  * A domain must handle something. Which kind (pysandbox/backends/landlock.py decides,
- * once for every backend; docs/ARCHITECTURE.md, "The reported pid"):
+ * once for every backend; docs/ARCHITECTURE.md, "Who can reach pid 1"):
  *   PSB_LANDLOCK_FS      (ABI 1) handles one right, making a block device, granted again
  *                        beneath the root: nothing else changes, but a domain that
  *                        handles any filesystem right forbids mount and pivot_root. For

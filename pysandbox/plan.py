@@ -79,7 +79,7 @@ def command_may_mount(nested_userns: bool, caps_keep) -> bool:
     or keeps CAP_SYS_ADMIN. A Landlock domain that handles a filesystem right forbids
     mount and pivot_root to every process in it (the kernel's Landlock documentation,
     "Filesystem topology modification"), so such a command gets a signal-scoped one
-    instead, or none (backends/landlock.py; docs/ARCHITECTURE.md, "The reported pid").
+    instead, or none (backends/landlock.py; docs/ARCHITECTURE.md, "Who can reach pid 1").
     The one rule for both backends and sessions."""
     return nested_userns or "sys_admin" in caps_keep
 

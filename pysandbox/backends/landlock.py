@@ -3,7 +3,7 @@ sessions (native/psb_landlock.h implements it; _bwrap_pyinit.py is the Python tw
 
 The domain keeps everything the command starts away from the sandbox's init (no ptrace,
 no /proc/PID/{mem,environ,fd,ns}, no pidfd_getfd), so the init can be dumpable: its
-owner reads it as with bwrap's pid 1 (docs/ARCHITECTURE.md, "The reported pid"):
+owner reads it as with bwrap's pid 1 (docs/ARCHITECTURE.md, "Who can reach pid 1"):
 
 * ``SIGNAL``: handles no access right, scopes signals (ABI 6): mount, pivot_root and
   nested sandboxes work; the command cannot signal a process outside its domain (the

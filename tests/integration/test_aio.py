@@ -197,17 +197,79 @@ def test_64_concurrent_runs_and_the_loop_stays_responsive(backend, wd, record_pr
 
     results, lag = asyncio.run(main())
     assert [r.returncode for r in results] == [0] * 64
-    # Recorded, not asserted: the loop's largest delay while 64 sandboxes were set up.
+    # Recorded, not asserted (a figure is a benchmark's, never a timed test's): the loop's
+    # largest delay while 64 sandboxes were set up. That the loop runs at all while a setup
+    # is in flight is asserted by test_the_loop_runs_while_a_setup_blocks.
     record_property("loop_lag_max_s", round(lag, 4))
     print(f"aio 64x /bin/true on {backend}: loop lag max {lag * 1000:.1f} ms", file=sys.stderr)
 
 
-def test_text_mode_is_refused(wd):
+def test_the_loop_runs_while_a_setup_blocks(wd, monkeypatch):
+    """The setup never runs on the loop's thread: a SandboxProcess that blocks until a
+    coroutine of the same loop releases it is released (were the setup on the loop's
+    thread, nothing could release it and it would give up after its bound, failing
+    the assertion, never hanging)."""
+    import threading
+
+    released = threading.Event()
+    entered = threading.Event()
+    real = aio.SandboxProcess
+
+    setup_threads = []
+
+    def blocking(*args, **kwargs):
+        setup_threads.append(threading.get_ident())
+        entered.set()
+        assert released.wait(60), "the loop never ran while the setup was in flight"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(aio, "SandboxProcess", blocking)
+
     async def main():
-        with pytest.raises(ValueError):
-            await aio.create_subprocess_exec("true", policy=_policy(wd), text=True)
+        launch = asyncio.ensure_future(aio.create_subprocess_exec("true", policy=_policy(wd)))
+        for _ in range(6000):              # bounded: 60 s of 10 ms steps
+            if entered.is_set():
+                break
+            await asyncio.sleep(0.01)
+        loop_thread = threading.get_ident()
+        released.set()                     # only this coroutine, on the loop, releases it
+        proc = await launch
+        return loop_thread, await proc.wait()
+
+    loop_thread, code = asyncio.run(main())
+    assert entered.is_set() and code == 0
+    assert setup_threads and loop_thread not in setup_threads
+
+
+@pytest.mark.parametrize("kwargs, names", [
+    ({"text": True}, "text is not supported"),
+    ({"universal_newlines": True}, "universal_newlines is not supported"),
+    ({"encoding": "utf-8"}, "encoding is not supported"),
+    ({"errors": "strict"}, "errors is not supported"),
+    ({"bufsize": 1}, "bufsize must be 0"),
+])
+def test_text_mode_is_refused_before_any_sandbox_starts(wd, monkeypatch, kwargs, names):
+    """The refusal is binary_only's own (its message), raised before the setup is handed
+    to the executor: no SandboxProcess is ever built (a ValueError from elsewhere, e.g. a
+    bad policy, would not pass)."""
+    built = []
+    monkeypatch.setattr(aio, "SandboxProcess", lambda *a, **k: built.append(a) or pytest.fail("launched"))
+
+    async def main():
+        with pytest.raises(ValueError, match=names):
+            await aio.create_subprocess_exec("true", policy=_policy(wd), **kwargs)
 
     asyncio.run(main())
+    assert built == []
+
+
+def test_binary_mode_is_accepted_control(wd):
+    """Live control of the refusal above: the same call without text arguments runs."""
+    async def main():
+        proc = await aio.create_subprocess_exec("true", policy=_policy(wd), bufsize=0, text=False)
+        return await proc.wait()
+
+    assert asyncio.run(main()) == 0
 
 
 def test_process_takes_its_exit_from_any_future():

@@ -112,11 +112,41 @@ def test_probes_leave_nothing_behind(tmp_path):
     assert _children() == []
 
 
-def test_support_host_capability_still_works():
+def test_the_bwrap_gate_agrees_with_a_real_launch(tmp_path, monkeypatch):
+    """The tests' bwrap gate (tests/support.host_capability, what `requires("bwrap")`
+    reads) says what a real launch does: where it says "available", a command runs on
+    the bwrap backend; where it gives a reason, the launch fails with that reason. The
+    negative twin is made here: a bwrap that is not there ($PYSANDBOX_BWRAP)."""
+    import importlib
+
     from tests.support import host_capability
-    why = host_capability("bwrap")
-    st = status(backend="bwrap")
-    assert (why is None) == st.available
+    status_mod = importlib.import_module("pysandbox.status")
+
+    def launch():
+        return pysandbox.run(["true"], policy=pysandbox.Policy.default(workdir=None),
+                             backend="bwrap").returncode
+
+    gate = host_capability.__wrapped__       # the gate's own code, not its per-run cache
+    status_mod.clear_cache()
+    why = gate("bwrap")
+    if why is None:
+        assert launch() == 0
+    else:
+        with pytest.raises(pysandbox.SandboxError) as err:
+            launch()
+        assert err.value.reason.value in why
+    missing = tmp_path / "no-bwrap-here"
+    monkeypatch.setenv("PYSANDBOX_BWRAP", str(missing))
+    status_mod.clear_cache()
+    try:
+        why = gate("bwrap")
+        assert why is not None and "bwrap_not_found" in why
+        with pytest.raises(pysandbox.BackendUnavailable) as err:
+            launch()
+        assert err.value.reason.value == "bwrap_not_found"
+    finally:
+        monkeypatch.delenv("PYSANDBOX_BWRAP")
+        status_mod.clear_cache()
 
 
 def test_host_facts_agree_with_unshare():

@@ -18,7 +18,7 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               "--keep-authority-sockets", "--strict-unix",
               # the io_uring opt-in, environment allow-list
               "--allow-io-uring", "--keep-env",
-              # perf_event_open/bpf/userfaultfd opt-in (README "Kernel surface")
+              # perf_event_open/bpf/userfaultfd opt-in (README "The policy")
               "--allow-syscall",
               # a terminal of its own (README: Interactive shell)
               "--tty", "--no-tty",

@@ -159,3 +159,53 @@ def test_backends_do_not_reach_the_policy_through_the_plan():
     from pysandbox.plan import Plan
     fields = {f.name for f in dataclasses.fields(Plan)} if dataclasses.is_dataclass(Plan) else set(vars(Plan))
     assert uses == [] and "policy" not in fields, (uses, sorted(fields))
+
+
+def _reachable(root) -> list:
+    """Every object reachable from ``root`` through dataclass fields, slots, instance
+    dictionaries of pysandbox objects, and containers (the object graph a backend gets)."""
+    seen, out, todo = set(), [], [root]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        if isinstance(obj, dict):
+            todo.extend(obj.keys())
+            todo.extend(obj.values())
+        elif isinstance(obj, (tuple, list, set, frozenset)):
+            todo.extend(obj)
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            todo.extend(getattr(obj, f.name) for f in dataclasses.fields(obj))
+        elif type(obj).__module__.startswith("pysandbox"):
+            for name in getattr(type(obj), "__slots__", ()):
+                if hasattr(obj, name):
+                    todo.append(getattr(obj, name))
+            todo.extend(getattr(obj, "__dict__", {}).values())
+    return out
+
+
+def test_no_policy_is_reachable_from_a_compiled_plan(tmp_path):
+    """What a backend is handed holds no Policy: the object graph of plans compiled from
+    policies that use every part of the policy (network modes, limits, binds, hides,
+    overlays, capabilities, rlimits) reaches no :class:`Policy` instance. Live control: the
+    same walk finds the Policy when one is put beside the plan."""
+    from pysandbox.limits import Limits
+    from pysandbox.plan import compile as compile_plan
+    from pysandbox.policy import Network, Policy
+    work = tmp_path / "work"
+    for d in ("work", "ro", "hide", "lower", "upper", "wk"):
+        (tmp_path / d).mkdir()
+    policies = [
+        Policy.default(workdir=str(work)),
+        Policy.default(workdir=str(work), network="allow", ro=[str(tmp_path / "ro")],
+                       hide=[str(tmp_path / "hide")], tmpfs=["/mnt"]),
+        Policy.default(workdir=str(work), network=Network("proxy", allow_hosts=("example.test",))),
+        Policy.default(workdir=str(work)).replace(limits=Limits(memory=64 << 20, pids=64)),
+    ]
+    for policy in policies:
+        plan = compile_plan(policy)
+        found = [type(o).__name__ for o in _reachable(plan) if isinstance(o, Policy)]
+        assert found == [], (policy, found)
+    assert any(isinstance(o, Policy) for o in _reachable((plan, policies[-1])))   # control
