@@ -94,7 +94,7 @@ class BwrapArgs:
         return bool(self.cap_ops)
 
 
-def _die(message: str, usage: bool = False, level_prefix: bool = False) -> BwrapArgumentError:
+def usage_error(message: str, usage: bool = False, level_prefix: bool = False) -> BwrapArgumentError:
     err = BwrapArgumentError(message, Reason.BWRAP_ARGUMENT_INVALID, message)
     err.usage = usage
     err.level_prefix = level_prefix

@@ -7,7 +7,7 @@ import os
 
 from pysandbox.probe import host
 
-from .args import BwrapArgs, _die
+from .args import BwrapArgs, usage_error
 
 def check(args: BwrapArgs, real_uid: int | None = None, real_gid: int | None = None,
           userns_try: bool | None = None) -> BwrapArgs:
@@ -21,7 +21,7 @@ def check(args: BwrapArgs, real_uid: int | None = None, real_gid: int | None = N
     real_gid = os.getgid() if real_gid is None else real_gid
 
     def die(message, usage=False):
-        return _die(message, usage, args.level_prefix)
+        return usage_error(message, usage, args.level_prefix)
 
     if args.userns_block_fd is not None and not args.unshare_user:
         raise die("--userns-block-fd requires --unshare-user")

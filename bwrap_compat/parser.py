@@ -18,7 +18,7 @@ from pysandbox.errors import BwrapArgumentError
 from pysandbox.probe import host
 
 from .args import (ALL_CAPS, CAP_NAMES, MAX_ARGS, MAX_TMPFS_BYTES, OVERLAY_SRC_ORPHAN,  # noqa: F401
-                   PERMS_DEFAULT, ULONG_MAX, BwrapArgs, FsOp, _die, c_strtol, cap_from_name,
+                   PERMS_DEFAULT, ULONG_MAX, BwrapArgs, FsOp, usage_error, c_strtol, cap_from_name,
                    parse_int_arg, read_fd_default)
 from .checks import check  # noqa: F401  (callers parse, then check)
 
@@ -51,7 +51,7 @@ class _Parser:
         self.total = 0
 
     def die(self, message, usage=False):
-        return _die(message, usage, self.a.level_prefix)
+        return usage_error(message, usage, self.a.level_prefix)
 
     def warn_last(self, name):
         self.a.warnings.append(f"Only the last {name} option will take effect")
@@ -355,11 +355,11 @@ def parse(argv, *, read_fd=read_fd_default, close_fd=_close_quietly) -> BwrapArg
     """
     argv = [os.fsdecode(x) if isinstance(x, (bytes, os.PathLike)) else x for x in argv]
     if any(not isinstance(x, str) for x in argv):
-        raise _die("arguments must be strings")
+        raise usage_error("arguments must be strings")
     if len(argv) == 1 and argv[0] == "--version":
         return BwrapArgs(action="version")
     if not argv:
-        raise _die("no command given", usage=True)
+        raise usage_error("no command given", usage=True)
     parser = _Parser(read_fd, close_fd)
     parser.total = len(argv)
     try:

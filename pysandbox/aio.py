@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from .aio_process import Process, _discard, _Handoff, attach, binary_only, run_flow, stop, watch_exit
+from .aio_process import Process, discard_process, Handoff, attach, binary_only, run_flow, stop, watch_exit
 from .aio_session import Sandbox
 from .lifecycle import KILL_GRACE
 from .process import DEVNULL, PIPE, STDOUT, CompletedProcess, SandboxProcess
@@ -45,7 +45,7 @@ async def create_subprocess_exec(*argv, policy=None, backend: str = "auto", stdi
     """
     binary_only(kwargs)
     loop = asyncio.get_running_loop()
-    handoff = _Handoff(lambda: SandboxProcess(list(argv), policy=policy, backend=backend, stdin=stdin,
+    handoff = Handoff(lambda: SandboxProcess(list(argv), policy=policy, backend=backend, stdin=stdin,
                                               stdout=stdout, stderr=stderr, env=env, pass_fds=pass_fds,
                                               bufsize=0, **kwargs))
     try:
@@ -56,7 +56,7 @@ async def create_subprocess_exec(*argv, policy=None, backend: str = "auto", stdi
     try:
         return await attach(popen, watch_exit(popen), limit=limit)
     except BaseException:
-        loop.run_in_executor(None, _discard, popen)
+        loop.run_in_executor(None, discard_process, popen)
         raise
 
 

@@ -222,7 +222,7 @@ def watch_exit(popen) -> asyncio.Future:
     return fut
 
 
-class _Handoff:
+class Handoff:
     """The hand-over of a SandboxProcess made on a worker thread to a task that may be
     cancelled meanwhile: an abandoned process is killed and reaped, never leaked."""
 
@@ -238,7 +238,7 @@ class _Handoff:
             if not self._abandoned:
                 self._proc = proc
                 return proc
-        _discard(proc)
+        discard_process(proc)
         return None
 
     def abandon(self, loop) -> None:
@@ -246,10 +246,10 @@ class _Handoff:
             self._abandoned = True
             proc, self._proc = self._proc, None
         if proc is not None:
-            loop.run_in_executor(None, _discard, proc)
+            loop.run_in_executor(None, discard_process, proc)
 
 
-def _discard(proc) -> None:
+def discard_process(proc) -> None:
     """Kill the whole sandbox of ``proc``, close its pipes, reap it (blocking: a thread's)."""
     proc.kill()
     with proc:

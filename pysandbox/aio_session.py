@@ -51,7 +51,7 @@ class Sandbox:
 
     def _readable(self) -> None:
         ch = self._sync.channel
-        events, lost = ch._read(0)
+        events, lost = ch.read_events(0)
         with ch.cv:
             ch._dispatch(events, lost)
             ch.cv.notify_all()

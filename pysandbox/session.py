@@ -101,7 +101,7 @@ class Channel:
                 self.reading = True
                 self.cv.release()
                 try:
-                    events, lost = self._read(left)
+                    events, lost = self.read_events(left)
                 finally:
                     self.cv.acquire()
                     self.reading = False
@@ -109,7 +109,7 @@ class Channel:
                 self.cv.notify_all()
             return True
 
-    def _read(self, timeout):
+    def read_events(self, timeout):
         try:
             ready, _, _ = select.select([self.sock], [], [], timeout)
             if not ready:

@@ -57,7 +57,7 @@ def module_drift(lib) -> list[str]:
     return drift
 
 
-def _load():
+def load_module():
     """(ffi, lib) of pysandbox._native.
 
     Raises:
@@ -103,7 +103,7 @@ def init_fd() -> int:
     if os.environ.get(NO_EXEC_INIT_ENV) == "1":
         return -1
     if _init_fd is None:
-        ffi, lib = _load()
+        ffi, lib = load_module()
         with _module_lock:
             if _init_fd is None:
                 fd = lib.psb_init_memfd() if lib.PSB_HAS_EXEC_INIT else -1
@@ -115,5 +115,5 @@ def init_fd() -> int:
 
 
 def has_mount_setattr() -> bool:
-    ffi, lib = _load()
+    ffi, lib = load_module()
     return bool(lib.PSB_HAS_MOUNT_SETATTR) and bool(lib.psb_mount_setattr_works())

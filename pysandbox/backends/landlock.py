@@ -47,9 +47,9 @@ def kernel_abi() -> int:
 
 def _native_abi() -> int | None:
     from ..errors import NativeModuleMissing
-    from ._native_lib import _load
+    from ._native_lib import load_module
     try:
-        return int(_load()[1].psb_landlock_abi())
+        return int(load_module()[1].psb_landlock_abi())
     except NativeModuleMissing:
         return None
 

@@ -121,8 +121,8 @@ def start(pid1_fd: int) -> Monitor:
         CapabilityUnavailable (lifetime_monitor_unavailable), SetupError: as
             :func:`start_error`.
     """
-    from ._native_lib import _load, init_fd
-    ffi, lib = _load()
+    from ._native_lib import load_module, init_fd
+    ffi, lib = load_module()
     out = ffi.new("int *")
     pid = lib.psb_monitor_start(pid1_fd, init_fd(), out)
     if pid < 0:

@@ -31,7 +31,7 @@ from ..execpath import exec_candidates
 from .base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.
 from . import landlock, monitor
-from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, _load,  # noqa: F401
+from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, load_module,  # noqa: F401
                           has_mount_setattr, init_fd)
 from .native_errors import namespace_error, setup_error
 from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
@@ -39,7 +39,7 @@ from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported
 from .native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE,  # noqa: F401
                          F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV, MS_NOEXEC,
                          MS_NOSUID, OP, OP_KINDS, PROBE_IDMAP, PROC_RO, STAGE_CLONE, STAGE_EXEC, STAGE_FDS,
-                         STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, _sub_list, pack, parent_mode)
+                         STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, submount_list, pack, parent_mode)
 from .native_translate import translate
 from ..trace import clock, debug_logger, ms
 
@@ -209,7 +209,7 @@ class NativeBackend:
             ready = self._ready.get(key)
         if ready is not None:
             return ready
-        ffi, lib = _load()
+        ffi, lib = load_module()
         if not fallback and not has_mount_setattr():
             fallback = True
         ops = translate(plan, read_host(fallback, landlock_abi))
@@ -229,7 +229,7 @@ class NativeBackend:
             UserNamespaceUnavailable, CapabilityUnavailable, NetworkNamespaceUnavailable:
                 the namespaces the plan needs cannot be created here.
         """
-        ffi, lib = _load()
+        ffi, lib = load_module()
         ready = self._prepare(plan)
         if plan.first(P.JoinNamespaces) is not None:
             return   # nothing to probe by cloning: joining given namespaces fails (typed) at setup
@@ -258,7 +258,7 @@ class NativeBackend:
                 loopback_setup_failed or parent_died). The command never ran.
             FileNotFoundError, PermissionError, OSError: the command cannot be executed.
         """
-        ffi, lib = _load()
+        ffi, lib = load_module()
         log = debug_logger()
         started = clock()
         ready = self._prepare(plan)

@@ -13,14 +13,14 @@ import os
 from ..errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
                       UserNamespaceUnavailable, error_for)
 from ..probe.host import nested_hint
-from ._native_lib import _load
+from ._native_lib import load_module
 from .monitor import start_error as monitor_error
 from .native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
                          STAGE_MONITOR, STAGE_PARENT_DIED, STAGE_PTY, Compiled)
 
 
 def _psb_probe():
-    return _load()[1].psb_probe
+    return load_module()[1].psb_probe
 
 
 # What an errno means for an overlay mount, where its own text says nothing of the

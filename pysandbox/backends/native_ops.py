@@ -94,11 +94,11 @@ class _Strings:
         return off
 
 
-def _in(root: str, path: str) -> str:
+def under_root(root: str, path: str) -> str:
     return root if path == "/" else root + path
 
 
-def _sub_list(mountpoints, src: str, dst: str) -> bytes:
+def submount_list(mountpoints, src: str, dst: str) -> bytes:
     """The mount points strictly below host path ``src``, as setup paths below ``dst``
     (NUL-separated, empty-terminated) for the remount fallback."""
     src = src.rstrip("/") or "/"

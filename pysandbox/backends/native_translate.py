@@ -20,7 +20,7 @@ from . import landlock
 from .native_host import HostView
 from .native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE,
                          F_LIFELINE, F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV,
-                         MS_NOEXEC, MS_NOSUID, PROC_RO, COp, _in, _sub_list, parent_mode)
+                         MS_NOEXEC, MS_NOSUID, PROC_RO, COp, under_root, submount_list, parent_mode)
 
 
 def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
@@ -88,14 +88,14 @@ class _Context:
 
     def need_dir(self, dest, i, stage, perms=-1):
         if dest != "/" and not self.backed(dest):
-            self.add("MKDIRS", b=_in("/newroot", dest), m=parent_mode(perms), stage=stage, plan_index=i,
+            self.add("MKDIRS", b=under_root("/newroot", dest), m=parent_mode(perms), stage=stage, plan_index=i,
                      filename=dest)
 
     def need_parent(self, dest, i, stage, perms=-1):
         parent = os.path.dirname(dest)
         if parent and parent != "/" and not self.backed(parent):
             pm = parent_mode(perms)
-            self.add("MKDIRS", b=_in("/newroot", parent), mode=pm, m=pm, stage=stage, plan_index=i,
+            self.add("MKDIRS", b=under_root("/newroot", parent), mode=pm, m=pm, stage=stage, plan_index=i,
                      filename=parent)
 
 
@@ -159,13 +159,13 @@ def _pdeathsig(cx, op, i):
 # ---------------------------------------------------------------- the filesystem
 
 def _bind(cx, op, i):
-    dst = _in("/newroot", op.dest)
-    src = f"/oldroot/proc/self/fd/{op.src_fd}" if op.src_fd is not None else _in("/oldroot", op.src)
+    dst = under_root("/newroot", op.dest)
+    src = f"/oldroot/proc/self/fd/{op.src_fd}" if op.src_fd is not None else under_root("/oldroot", op.src)
     if cx.host.is_dir(op):
         cx.need_dir(op.dest, i, "bind", 0)
     elif not cx.backed(op.dest):
         cx.add("MKFILE", b=dst, m=parent_mode(0), stage="bind", plan_index=i, filename=op.dest)
-    subs = _sub_list(cx.host.mountpoints, op.src, dst) if cx.host.fallback and op.src is not None else None
+    subs = submount_list(cx.host.mountpoints, op.src, dst) if cx.host.fallback and op.src is not None else None
     flags = (F_RO if op.readonly else 0) | (F_DEV if op.dev else 0) | (F_OPTIONAL if op.optional else 0)
     cx.add("BIND", flags=flags, a=src, b=dst, c=subs, stage="bind", plan_index=i,
            m=op.src_fd if op.src_fd is not None else -1, filename=op.src if op.src is not None else op.dest)
@@ -178,10 +178,10 @@ def _tmpfs(cx, op, i):
     # A hidden directory that vanished from the host since the plan was made has
     # nothing left to hide: ENOENT is not an error for a hide.
     hide = op.readonly and op.mode == P.HIDE_MODE and cx.backed(op.dest)
-    cx.add("MOUNT", flags=F_OPTIONAL if hide else 0, a="tmpfs", b=_in("/newroot", op.dest), c="tmpfs", d=data,
+    cx.add("MOUNT", flags=F_OPTIONAL if hide else 0, a="tmpfs", b=under_root("/newroot", op.dest), c="tmpfs", d=data,
            n=MS_NOSUID | MS_NODEV, stage="tmpfs", plan_index=i, filename=op.dest)
     if op.readonly:
-        cx.add("SETATTR", flags=F_RO | (F_OPTIONAL if hide else 0), b=_in("/newroot", op.dest), stage="tmpfs",
+        cx.add("SETATTR", flags=F_RO | (F_OPTIONAL if hide else 0), b=under_root("/newroot", op.dest), stage="tmpfs",
                plan_index=i, filename=op.dest)
 
 
@@ -197,15 +197,15 @@ def _overlay(cx, op, i):
     # first checked to resolve without one, as a bind source is (canonical in
     # the Policy). A swap racing this check and the mount is not caught.
     for layer in op.lower + ((op.upper, op.work) if op.upper is not None else ()):
-        cx.add("CHECK_PATH", a=_in("/oldroot", layer), stage="overlay", plan_index=i, filename=layer)
+        cx.add("CHECK_PATH", a=under_root("/oldroot", layer), stage="overlay", plan_index=i, filename=layer)
     # nosuid,nodev: stricter than bwrap (which passes no flags), as for our binds.
-    cx.add("MOUNT", a="overlay", b=_in("/newroot", op.dest), c="overlay", d=op.data, n=MS_NOSUID | MS_NODEV,
+    cx.add("MOUNT", a="overlay", b=under_root("/newroot", op.dest), c="overlay", d=op.data, n=MS_NOSUID | MS_NODEV,
            stage="overlay", plan_index=i, filename=op.dest)
 
 
 def _proc(cx, op, i):
     cx.need_dir(op.dest, i, "proc", 0)
-    dst = _in("/newroot", op.dest)
+    dst = under_root("/newroot", op.dest)
     cx.add("MOUNT", a="proc", b=dst, c="proc", n=MS_NOSUID | MS_NODEV | MS_NOEXEC, stage="proc", plan_index=i,
            reason=Reason.PROC_MOUNT_FAILED, filename=op.dest)
     # Always read-only (a missing entry is skipped): bwrap's "only where
@@ -222,7 +222,7 @@ def _proc(cx, op, i):
 
 def _dev(cx, op, i):
     cx.need_dir(op.dest, i, "dev", 0)
-    dst = _in("/newroot", op.dest)
+    dst = under_root("/newroot", op.dest)
     cx.add("MOUNT", a="tmpfs", b=dst, c="tmpfs", d="mode=755", n=MS_NOSUID | MS_NODEV, stage="dev",
            plan_index=i, filename=op.dest)
     for node in cx.host.dev_nodes:
@@ -240,19 +240,19 @@ def _dev(cx, op, i):
 
 def _mqueue(cx, op, i):
     cx.need_dir(op.dest, i, "mqueue", 0)
-    cx.add("MOUNT", a="mqueue", b=_in("/newroot", op.dest), c="mqueue", n=0, stage="mqueue", plan_index=i,
+    cx.add("MOUNT", a="mqueue", b=under_root("/newroot", op.dest), c="mqueue", n=0, stage="mqueue", plan_index=i,
            filename=op.dest)
 
 
 def _dir(cx, op, i):
     mode = -1 if op.mode is None else op.mode
-    cx.add("MKDIRS", flags=F_MODE if op.mode is not None else 0, b=_in("/newroot", op.dest), mode=mode,
+    cx.add("MKDIRS", flags=F_MODE if op.mode is not None else 0, b=under_root("/newroot", op.dest), mode=mode,
            m=parent_mode(mode), stage="dir", plan_index=i, filename=op.dest)
 
 
 def _symlink(cx, op, i):
     cx.need_parent(op.dest, i, "symlink", 0)
-    cx.add("SYMLINK", a=op.target, b=_in("/newroot", op.dest), stage="symlink", plan_index=i, filename=op.dest)
+    cx.add("SYMLINK", a=op.target, b=under_root("/newroot", op.dest), stage="symlink", plan_index=i, filename=op.dest)
 
 
 def _file(cx, op, i):
@@ -263,16 +263,16 @@ def _file(cx, op, i):
             (F_MODE if op.mode is not None else 0) | (F_OPTIONAL if hide else 0)
     data = op.data if op.data is not None else b""
     cx.add("WRITE", flags=flags, a=bytes(data) if data else None, n=len(data), m=op.fd if op.fd is not None else -1,
-           b=_in("/newroot", op.dest), d=f"/.psb-file-{i}" if op.bind else None,
+           b=under_root("/newroot", op.dest), d=f"/.psb-file-{i}" if op.bind else None,
            mode=-1 if op.mode is None else op.mode, stage="file", plan_index=i, filename=op.dest)
 
 
 def _remount_ro(cx, op, i):
-    cx.add("SETATTR", flags=F_RO, b=_in("/newroot", op.dest), stage="remount_ro", plan_index=i, filename=op.dest)
+    cx.add("SETATTR", flags=F_RO, b=under_root("/newroot", op.dest), stage="remount_ro", plan_index=i, filename=op.dest)
 
 
 def _chmod(cx, op, i):
-    cx.add("CHMOD", b=_in("/newroot", op.dest), mode=op.mode, stage="chmod", plan_index=i, filename=op.dest)
+    cx.add("CHMOD", b=under_root("/newroot", op.dest), mode=op.mode, stage="chmod", plan_index=i, filename=op.dest)
 
 
 # ---------------------------------------------------------------- after the filesystem

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from ..backends.base import BackendStatus, CapabilityStatus
-from ..backends._native_lib import _load, has_mount_setattr, init_fd
+from ..backends._native_lib import load_module, has_mount_setattr, init_fd
 from ..backends.monitor import lifetime, unavailable
 from ..backends.native_ops import CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC
 from ..errors import NativeModuleMissing, Reason
@@ -49,7 +49,7 @@ def probe_native(subject=None) -> BackendStatus:
     """
     needs = subject if isinstance(subject, Needs) else Needs.of(subject)
     try:
-        ffi, lib = _load()
+        ffi, lib = load_module()
     except NativeModuleMissing as exc:
         return BackendStatus("native", False, Reason.NATIVE_MODULE_MISSING.value, str(exc.args[0]))
     user = CLONE_FLAGS["user"]

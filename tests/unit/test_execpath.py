@@ -38,7 +38,7 @@ def test_a_module_with_another_abi_stamp_is_refused(monkeypatch):
     monkeypatch.setattr(pysandbox, "_native", fake, raising=False)
     monkeypatch.setattr(_native_lib, "_module", None)
     with pytest.raises(NativeModuleMissing, match="rebuild the module") as info:
-        _native_lib._load()
+        _native_lib.load_module()
     assert info.value.reason is Reason.NATIVE_MODULE_MISSING
 
 
@@ -51,4 +51,4 @@ def test_a_module_whose_enum_differs_is_refused(monkeypatch):
     monkeypatch.setattr(pysandbox, "_native", fake, raising=False)
     monkeypatch.setattr(_native_lib, "_module", None)
     with pytest.raises(NativeModuleMissing, match="rebuild the module"):
-        _native_lib._load()
+        _native_lib.load_module()

@@ -209,3 +209,30 @@ def test_no_policy_is_reachable_from_a_compiled_plan(tmp_path):
         found = [type(o).__name__ for o in _reachable(plan) if isinstance(o, Policy)]
         assert found == [], (policy, found)
     assert any(isinstance(o, Policy) for o in _reachable((plan, policies[-1])))   # control
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A name with a leading underscore is its module's own: no module of the product
+    imports one from another (a private helper another module needs is made public
+    under a name that says what it is). Live control: the check finds one in a made-up
+    module."""
+    def private_imports(module: str, path: Path, tree) -> list[str]:
+        out = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _resolve(module, path.name == "__init__.py", node)
+                if not source.startswith(PACKAGES):
+                    continue
+                out += [f"{path.relative_to(ROOT)}:{node.lineno}: {alias.name} from {source}"
+                        for alias in node.names
+                        if alias.name.startswith("_") and not alias.name.startswith("__")
+                        and f"{source}.{alias.name}" not in modules]     # a private module is imported whole
+        return out
+
+    modules = set(_modules()) | {"pysandbox._native"}
+    control = ast.parse("from .aio_process import _discard, attach\n")
+    assert private_imports("pysandbox.aio", ROOT / "pysandbox" / "aio.py", control) != []
+    found = []
+    for module, path in _modules().items():
+        found += private_imports(module, path, ast.parse(path.read_text()))
+    assert found == [], found

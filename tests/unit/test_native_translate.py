@@ -96,7 +96,7 @@ def test_fallback_lists_submounts():
     ops = N.translate(plan, base="/tmp", fallback=True, mountpoints=points)
     root = next(op for op in ops if op.kind == "BIND")
     assert root.c == b"/newroot/proc\0/newroot/sys\0/newroot/sys/fs/cgroup\0/newroot/home/a b\0\0"
-    assert N._sub_list(points, "/sys", "/newroot/x") == b"/newroot/x/fs/cgroup\0\0"
+    assert N.submount_list(points, "/sys", "/newroot/x") == b"/newroot/x/fs/cgroup\0\0"
 
 
 def test_caps_mask_and_seccomp_alignment():
@@ -180,7 +180,7 @@ def test_op_enum_mirrors_the_c_header():
     module this skips, and under PYSANDBOX_MUST_WORK=1 fails: it cannot pass unchecked."""
     from pysandbox.backends import _native_lib
     try:
-        ffi, lib = N._load()
+        ffi, lib = N.load_module()
     except Exception as exc:  # noqa: BLE001 - the module is optional for unit tests
         need("native_module", f"pysandbox._native cannot be loaded: {exc}")
     assert _native_lib.module_drift(lib) == []
