@@ -33,8 +33,9 @@ pyenv, rustup, cargo, nvm; only its credential stores are hidden, as in any home
 stores elsewhere (a project's ``.env``, a key copied into the workdir, other users'
 homes, which a sandbox's uid 0 without capabilities cannot read where their owners
 keep them private), shell histories, stores created after the policy was built, hard
-links to a store under another name, and secrets in the environment (``Env(keep=...)``,
-``--keep-env``). ``pybwrap`` (bwrap's own semantics) hides nothing of this.
+links to a store under another name. Secrets in the environment are
+:mod:`pysandbox.env_secrets`' business (the same switch). ``pybwrap`` (bwrap's own
+semantics) hides nothing of this.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ SYSTEM_STORES = (
 _XDG = (("XDG_CONFIG_HOME", ".config/"), ("XDG_DATA_HOME", ".local/share/"), ("XDG_CACHE_HOME", ".cache/"))
 
 OPT_OUT = ("--no-hide-credentials, Policy.default(hide_credentials=False) or hide_credentials = false in a "
-           "profile; one store: name it (--ro/--rw PATH)")
+           "profile; one store: name it (--ro/--rw PATH); one variable: --setenv NAME VALUE")
 
 
 @dataclass(frozen=True)
@@ -279,8 +280,15 @@ def coverage(policy, environ: Mapping[str, str] | None = None) -> dict:
         scope = ("the well-known credential stores (ssh and gpg keys, cloud, cluster, registry and git-hosting "
                  "tokens, password stores and keyrings; /etc/shadow and host keys for a root caller) that "
                  "existed when the policy was built are hidden, except what the policy names; any other "
-                 "secret the caller can read (a project's .env, a key elsewhere, the environment) is readable")
+                 "secret the caller can read (a project's .env, a key elsewhere) is readable")
     else:
         scope = ("no credential store is hidden by this policy (Policy.default hides the well-known ones "
                  "unless hide_credentials=False): every store listed as readable can be read by the command")
-    return {"hidden": hidden, "readable": readable, "opt_out": OPT_OUT, "scope": scope}
+    env = getattr(policy, "env", None)
+    if getattr(env, "drop_secrets", False) and not env.clear and env.keep is None:
+        from .env_secrets import secret_names
+        dropped = secret_names(os.environ if environ is None else environ, (name for name, _ in env.set))
+    else:
+        dropped = []
+    return {"hidden": hidden, "readable": readable, "opt_out": OPT_OUT, "scope": scope,
+            "env_dropped": dropped, "env_drops_secrets": bool(getattr(env, "drop_secrets", False))}

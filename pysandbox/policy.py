@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
                      check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
                      validated)
 from .credentials import default_hides
+from .environment import Env  # noqa: F401 - part of the Policy's vocabulary
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
@@ -33,12 +34,11 @@ IMPLEMENTED_NETWORK_MODES = ("deny", "allow", "proxy")
 PROXY_PORT = 3128
 PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy")
-_ENV_NAME = re.compile(r"^[^=\x00]+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
 _PATH_FIELDS = frozenset({"fs", "chdir", "allow_broad_writable", "follow_writable_symlinks"})   # writable.py's
 _UNCHANGED_PATHS = threading.local()
 
-# ---------------------------------------------------------------- network, environment
+# ---------------------------------------------------------------- network (the environment: environment.py)
 
 @validated
 @dataclass(frozen=True)
@@ -87,74 +87,6 @@ class Network:
     @property
     def new_namespace(self) -> bool:
         return self.mode != "allow"
-
-
-@validated
-@dataclass(frozen=True)
-class Env:
-    """Environment operations, applied to the caller's environment at launch:
-    start from it (or from nothing if ``clear``, or from only the ``keep`` names it
-    has, if ``keep`` is given), then unset, then set.
-
-    By default the caller's whole environment reaches the command, secrets included
-    (``AWS_*``, ``GITHUB_TOKEN``, ...): ``keep`` is the allow-list that stops that.
-
-    Raises:
-        PolicyError: a bad name or value (``invalid_value``); ``keep`` with ``clear``
-            (``conflicting_options``: keep already drops everything else).
-    """
-
-    clear: bool = False
-    set: tuple[tuple[str, str], ...] = ()
-    unset: tuple[str, ...] = ()
-    keep: tuple[str, ...] | None = None
-
-    def __post_init__(self):
-        pairs = tuple(self.set.items()) if isinstance(self.set, Mapping) else as_tuple(self.set, "environment set")
-        for pair in pairs:
-            if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise PolicyError(f"environment entry must be (name, value): {pair!r}", Reason.INVALID_VALUE, pair)
-            name, value = pair
-            _check_env_name(name)
-            if not isinstance(value, str) or "\x00" in value:
-                raise PolicyError(f"environment value must be a string without NUL: {value!r}",
-                                  Reason.INVALID_VALUE, value)
-        for name in as_tuple(self.unset, "environment unset"):
-            _check_env_name(name)
-        set_field(self, "set", pairs)
-        set_field(self, "unset", tuple(self.unset))
-        if not isinstance(self.clear, bool):
-            raise PolicyError("clear must be a bool", Reason.INVALID_VALUE, self.clear)
-        if self.keep is not None:
-            if isinstance(self.keep, str):
-                raise PolicyError("keep must be a collection of names, not one string",
-                                  Reason.INVALID_VALUE, self.keep)
-            keep = as_tuple(self.keep, "environment keep")
-            for name in keep:
-                _check_env_name(name)
-            if self.clear:
-                raise PolicyError("environment keep already drops every other variable: do not also clear",
-                                  Reason.CONFLICTING_OPTIONS, keep)
-            set_field(self, "keep", tuple(dict.fromkeys(keep)))
-
-    def apply(self, base: Mapping[str, str]) -> dict[str, str]:
-        if self.clear:
-            env = {}
-        elif self.keep is not None:
-            env = {name: base[name] for name in self.keep if name in base}
-        else:
-            env = dict(base)
-        for name in self.unset:
-            env.pop(name, None)
-        for name, value in self.set:
-            env[name] = value
-        return env
-
-
-def _check_env_name(name):
-    if not isinstance(name, str) or not _ENV_NAME.match(name):
-        raise PolicyError(f"environment name must be non-empty, without '=' or NUL: {name!r}",
-                          Reason.INVALID_VALUE, name)
 
 
 # ---------------------------------------------------------------- the policy
@@ -320,7 +252,8 @@ class Policy:
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs`` adds private tmpfs mounts.
         Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
         (authority.py) that exists now is masked and its variables unset, unless ``keep_authority_sockets``;
-        the credential stores that exist now are hidden (credentials.py) unless ``hide_credentials=False``.
+        the credential stores that exist now are hidden (credentials.py), and variables that look like
+        secrets are left out of the command's environment (env_secrets.py), unless ``hide_credentials=False``.
 
         Raises:
             PolicyError: a bad path, a missing bind source, or a bad override;
@@ -364,9 +297,13 @@ class Policy:
             if isinstance(env, Env):
                 overrides["env"] = replace(
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
+        hide_credentials = overrides.pop("hide_credentials", True)
+        env = overrides.get("env", Env())
+        if hide_credentials is True and isinstance(env, Env) and not env.clear and env.keep is None:
+            overrides["env"] = replace(env, drop_secrets=True)   # env_secrets.py: keys in variables too
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
-            op for _, _, op in items) + default_hides(items, overrides.pop("hide_credentials", True))
+            op for _, _, op in items) + default_hides(items, hide_credentials)
         if isinstance(network, str):
             network = Network(network, allow_hosts)
         elif allow_hosts:

@@ -63,7 +63,12 @@ def credential_lines(cov: dict) -> list[str]:
     """``status``'s credential stores (credentials.coverage) as text lines."""
     hidden = ", ".join(cov.get("hidden") or ()) or "none"
     readable = ", ".join(cov.get("readable") or ()) or "none"
-    return [f"credentials: hidden {hidden}; readable {readable}", f"  {cov.get('scope', '')}",
+    if cov.get("env_drops_secrets"):
+        env = "environment: left out " + (", ".join(cov.get("env_dropped") or ()) or "none present") + \
+              " (names with KEY, TOKEN, SECRET, PASSWORD, ...; URLs with a password)"
+    else:
+        env = "environment: passed whole, secrets included"
+    return [f"credentials: hidden {hidden}; readable {readable}", f"  {cov.get('scope', '')}", f"  {env}",
             f"  opt out: {cov.get('opt_out', '')}"]
 
 

@@ -81,12 +81,19 @@ def test_environment_flags(backend, wd):
 def test_keep_env_is_an_allow_list(backend, wd):
     env = {**os.environ, "PSB_KEEP": "k", "GITHUB_TOKEN": "secret", "AWS_SECRET_ACCESS_KEY": "secret"}
     script = 'echo "${PSB_KEEP-unset}|${GITHUB_TOKEN-unset}|${AWS_SECRET_ACCESS_KEY-unset}|${PSB_SET-unset}"'
-    # control: by default the caller's secrets reach the command
+    # by default the caller's secrets do not reach the command (env_secrets.py); control:
+    # with --no-hide-credentials they do
     done = cli(backend, "--", "/bin/sh", "-c", script, cwd=wd, env=env)
+    assert done.stdout.strip() == "k|unset|unset|unset", done.stderr
+    done = cli(backend, "--no-hide-credentials", "--", "/bin/sh", "-c", script, cwd=wd, env=env)
     assert done.stdout.strip() == "k|secret|secret|unset", done.stderr
-    done = cli(backend, "--keep-env", "PSB_KEEP", "--setenv", "PSB_SET", "s", "--", "/bin/sh", "-c", script,
-               cwd=wd, env=env)
+    done = cli(backend, "--no-hide-credentials", "--keep-env", "PSB_KEEP", "--setenv", "PSB_SET", "s", "--",
+               "/bin/sh", "-c", script, cwd=wd, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "k|unset|unset|s", done.stderr
+    # a secret the caller names in --keep-env reaches the command
+    done = cli(backend, "--keep-env", "PSB_KEEP", "--keep-env", "GITHUB_TOKEN", "--", "/bin/sh", "-c", script,
+               cwd=wd, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "k|secret|unset|unset", done.stderr
 
 
 @pytest.mark.parametrize("where", ["root", "home", "ancestor"])

@@ -264,3 +264,53 @@ def test_status_reports_the_hidden_stores_and_the_opt_out(fake_home):
     line = next(ln for ln in text.splitlines() if ln.startswith("credentials: hidden "))
     assert all(s in line for s in stores), line
     assert "  opt out: --no-hide-credentials" in text
+
+
+# ---------------------------------------------------------------- secrets in the environment
+
+ENV_SECRETS = {"PSB_TEST_API_KEY": "SECRET-api-key", "PSB_TEST_TOKEN": "SECRET-token",
+               "PSB_TEST_DB_URL": "postgres://app:SECRET-db@db.test/x"}
+ENV_PLAIN = {"PSB_TEST_PLAIN": "PUBLIC-plain"}
+
+
+def _env_inside(backend, policy, **kwargs) -> str:
+    done = pysandbox.run(["env"], policy=policy, backend=backend, capture_output=True, timeout=120, **kwargs)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode()
+
+
+@pytest.mark.parametrize("hide", [True, False])
+def test_secret_variables_do_not_reach_the_command_by_default(backend, tmp_path, monkeypatch, hide):
+    """A key in the caller's environment (the agent's own OPENAI_API_KEY, GITHUB_TOKEN,
+    a DATABASE_URL with its password) is not in the command's: inherited, or passed
+    whole as ``env=``. Controls: the opt-out passes them; a plain variable passes."""
+    for name, value in {**ENV_SECRETS, **ENV_PLAIN}.items():
+        monkeypatch.setenv(name, value)
+    policy = pysandbox.Policy.default(workdir=str(tmp_path), hide_credentials=hide)
+    for kwargs in ({}, {"env": dict(os.environ)}):
+        seen = _env_inside(backend, policy, **kwargs)
+        assert "PSB_TEST_PLAIN=PUBLIC-plain" in seen   # control: the environment did reach it
+        for name, value in ENV_SECRETS.items():
+            if hide:
+                assert name not in seen and value not in seen, (kwargs, name)
+            else:   # control: the opt-out
+                assert f"{name}={value}" in seen, (kwargs, name)
+
+
+def test_a_secret_variable_the_caller_names_reaches_the_command(backend, tmp_path, monkeypatch):
+    for name, value in ENV_SECRETS.items():
+        monkeypatch.setenv(name, value)
+    policy = pysandbox.Policy.default(workdir=str(tmp_path),
+                                      env=pysandbox.Env(set={"PSB_TEST_TOKEN": "mine"}))
+    seen = _env_inside(backend, policy)
+    assert "PSB_TEST_TOKEN=mine" in seen and "SECRET-api-key" not in seen
+
+
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_cli_run_env_leaves_out_the_callers_keys(backend, tmp_path, opt_out):
+    env = {**os.environ, **ENV_SECRETS, **ENV_PLAIN}
+    flags = ["--no-hide-credentials"] if opt_out else []
+    done = subprocess.run([sys.executable, "-m", "pysandbox", "run", "--backend", backend, *flags, "--", "env"],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "PSB_TEST_PLAIN=PUBLIC-plain" in done.stdout, done.stderr
+    assert all((f"{n}={v}" in done.stdout) == opt_out for n, v in ENV_SECRETS.items()), done.stdout

@@ -181,7 +181,8 @@ def test_coverage_and_status_text(home):
     assert "--no-hide-credentials" in cov["opt_out"] and "hide_credentials=False" in cov["opt_out"]
     lines = status_text.credential_lines(cov)
     assert lines[0].startswith("credentials: hidden ") and f"{h}/.aws" in lines[0]
-    assert lines[2].startswith("  opt out: --no-hide-credentials")
+    assert lines[2].startswith("  environment: left out ")
+    assert lines[3].startswith("  opt out: --no-hide-credentials")
     off = credentials.coverage(Policy.default(workdir=f"{h}/proj", hide_credentials=False))
     assert {f"{h}/.aws", f"{h}/.netrc", f"{h}/.ssh"} <= set(off["readable"]) and not _mine(off["hidden"], home)
     assert "no credential store is hidden" in off["scope"]
