@@ -186,6 +186,9 @@ def _common_args(parser, network_help: str) -> None:
     parser.add_argument("--no-hide-credentials", dest="hide_credentials", action="store_false", help="show the "
                         "credential stores hidden by default (~/.ssh, ~/.aws, ~/.netrc, ...; /etc/shadow for root; "
                         "pysandbox/credentials.py); to show just one, bind it (ro or rw) by its path instead")
+    parser.add_argument("--writable-git", dest="protect_git", action="store_false", help="let the command write "
+                        "the .git of the workdir and of the rw paths (read-only by default: a change there runs "
+                        "on the host at its next git command; pysandbox/gitmeta.py)")
 
 
 def _fd(text: str) -> int:
@@ -287,6 +290,7 @@ def _policy(args, profile=None):
             kw[flag] = True
     cli_seccomp.merge(kw, args)
     kw["hide_credentials"] = kw.get("hide_credentials", True) and args.hide_credentials   # the profile's, or off
+    kw["protect_git"] = kw.get("protect_git", True) and args.protect_git
     policy = Policy.default(**kw)
     if profile is not None:
         profile.check_outside(policy)
@@ -417,6 +421,8 @@ def _status(args, profile=None) -> int:
     from .status import status
     _launch_settings(args, profile)
     creds = {} if args.hide_credentials else {"hide_credentials": False}   # a flag turns it off, never on
+    if not args.protect_git:
+        creds["protect_git"] = False
     if profile is not None:
         kw = ({"network": args.network} if args.network is not None else {}) | creds
         if args.allow_host:

@@ -16,6 +16,7 @@ from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, 
                      check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
                      validated)
 from .credentials import default_hides
+from .gitmeta import default_binds as default_git_binds
 from .environment import Env  # noqa: F401 - part of the Policy's vocabulary
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
@@ -253,7 +254,8 @@ class Policy:
         Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
         (authority.py) that exists now is masked and its variables unset, unless ``keep_authority_sockets``;
         the credential stores that exist now are hidden (credentials.py), and variables that look like
-        secrets are left out of the command's environment (env_secrets.py), unless ``hide_credentials=False``.
+        secrets are left out of the command's environment (env_secrets.py), unless ``hide_credentials=False``;
+        the ``.git`` at the top of each writable path is read-only (gitmeta.py) unless ``protect_git=False``.
 
         Raises:
             PolicyError: a bad path, a missing bind source, or a bad override;
@@ -298,12 +300,13 @@ class Policy:
                 overrides["env"] = replace(
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         hide_credentials = overrides.pop("hide_credentials", True)
+        git_binds = default_git_binds(items, overrides.pop("protect_git", True))   # gitmeta.py
         env = overrides.get("env", Env())
         if hide_credentials is True and isinstance(env, Env) and not env.clear and env.keep is None:
             overrides["env"] = replace(env, drop_secrets=True)   # env_secrets.py: keys in variables too
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
-            op for _, _, op in items) + default_hides(items, hide_credentials)
+            op for _, _, op in items) + git_binds + default_hides(items, hide_credentials)
         if isinstance(network, str):
             network = Network(network, allow_hosts)
         elif allow_hosts:

@@ -18,6 +18,7 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     share_session = false                          # keep the caller's session (no setsid)
     keep_authority_sockets = false
     hide_credentials = true                        # false: show ~/.ssh, ~/.aws, ... (credentials.py)
+    protect_git = true                             # false: a writable .git (gitmeta.py)
     strict_unix = false
     allow_io_uring = false                         # needs network = "allow"
     allow_syscalls = ["userfaultfd"]               # of perf_event_open, bpf, userfaultfd
@@ -85,6 +86,7 @@ _TOP = {
     "allow_hosts": "a list of host names (HOST[:PORT])",
     "allow_syscalls": "a list of system call names",
     "hide_credentials": "true or false",
+    "protect_git": "true or false",
 }
 _ENV = {"clear": "true or false", "keep": "a list of names", "unset": "a list of names",
         "set": "a table of name = \"value\""}
@@ -174,8 +176,9 @@ class Profile:
                     "follow_writable_symlinks"):
             if key in self.values:
                 kw[key] = self.values[key]
-        if "hide_credentials" in self.values:
-            kw["hide_credentials"] = self.values["hide_credentials"]
+        for key in ("hide_credentials", "protect_git"):
+            if key in self.values:
+                kw[key] = self.values[key]
         if "caps_keep" in self.values:
             kw["caps_keep"] = frozenset(self.values["caps_keep"])
         if "allow_syscalls" in self.values:

@@ -45,6 +45,8 @@ class Status:
     authority: dict = field(default_factory=dict)
     # credential stores (credentials.coverage): what is hidden, what stays readable, the opt-out
     credentials: dict = field(default_factory=dict)
+    # git metadata (gitmeta.coverage): the .git entries of the writable paths kept read-only
+    git: dict = field(default_factory=dict)
     # resource limits (enforcement.host_limits): per limit, whether this launcher can
     # enforce it here, by what, or the reason it cannot
     limits: dict = field(default_factory=dict)
@@ -85,7 +87,7 @@ def status(policy=None, *, backend: str = "auto") -> Status:
     else:
         chosen = backend
     picked = backends[chosen]
-    from . import authority, credentials, probe, seccomp
+    from . import authority, credentials, gitmeta, probe, seccomp
     from .enforcement import host_limits
     host = probe.host_capabilities()
     limits = host_limits()
@@ -98,7 +100,7 @@ def status(policy=None, *, backend: str = "auto") -> Status:
                     dict(picked.network), policy.network.mode,
                     host={"userns": host.userns, "netns": host.netns, **host.detail},
                     authority=authority.coverage(policy), limits=limits, seccomp=seccomp.coverage(policy),
-                    credentials=credentials.coverage(policy))
+                    credentials=credentials.coverage(policy), git=gitmeta.coverage(policy))
     with _lock:
         _cache[key] = result
     return result

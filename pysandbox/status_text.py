@@ -30,6 +30,9 @@ def format_status(st) -> str:
         lines.extend(authority_lines(st.authority))
     if st.credentials:
         lines.extend(credential_lines(st.credentials))
+    if st.git:
+        lines.append("git metadata: read-only " + (", ".join(st.git["protected"]) or "none in the writable paths")
+                     + f" (opt out: {st.git['opt_out']})")
     if st.limits:
         lines.extend(limit_lines(st.limits))
     if st.seccomp:

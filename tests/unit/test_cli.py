@@ -30,8 +30,11 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               "--limit-memory", "--limit-pids", "--limit-cpu", "--limit-wall", "--limit-file-size",
               "--limit-open-files",
               # the credential stores' opt-out (README "The policy", pysandbox/credentials.py)
-              "--no-hide-credentials")
-DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile", "--no-hide-credentials")
+              "--no-hide-credentials",
+              # git metadata's opt-out (README "Git metadata", pysandbox/gitmeta.py)
+              "--writable-git")
+DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile", "--no-hide-credentials",
+                 "--writable-git")
 
 
 def parse(*argv):
