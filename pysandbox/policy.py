@@ -17,6 +17,7 @@ from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, 
                      validated)
 from .credentials import default_hides
 from .gitmeta import default_binds as default_git_binds
+from .launcher_files import default_binds as default_launcher_binds
 from .environment import Env  # noqa: F401 - part of the Policy's vocabulary
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
@@ -255,7 +256,8 @@ class Policy:
         (authority.py) that exists now is masked and its variables unset, unless ``keep_authority_sockets``;
         the credential stores that exist now are hidden (credentials.py), and variables that look like
         secrets are left out of the command's environment (env_secrets.py), unless ``hide_credentials=False``;
-        the ``.git`` at the top of each writable path is read-only (gitmeta.py) unless ``protect_git=False``.
+        the ``.git`` at the top of each writable path is read-only (gitmeta.py) unless ``protect_git=False``,
+        and so is the launcher's own Python environment where it lies inside one (launcher_files.py).
 
         Raises:
             PolicyError: a bad path, a missing bind source, or a bad override;
@@ -301,6 +303,7 @@ class Policy:
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         hide_credentials = overrides.pop("hide_credentials", True)
         git_binds = default_git_binds(items, overrides.pop("protect_git", True))   # gitmeta.py
+        git_binds += default_launcher_binds(items)                                  # launcher_files.py
         env = overrides.get("env", Env())
         if hide_credentials is True and isinstance(env, Env) and not env.clear and env.keep is None:
             overrides["env"] = replace(env, drop_secrets=True)   # env_secrets.py: keys in variables too
