@@ -61,6 +61,12 @@ class Reason(str, enum.Enum):
     SESSION_UNAVAILABLE = "session_unavailable"
     SESSION_CLOSED = "session_closed"
     SESSION_LOST = "session_lost"
+    # workspaces (workspace.py, workspace_commit.py)
+    WORKSPACE_CONFLICT = "workspace_conflict"
+    WORKSPACE_CHANGED = "workspace_changed"
+    WORKSPACE_UNSAFE_ENTRY = "workspace_unsafe_entry"
+    WORKSPACE_FILE_TOO_LARGE = "workspace_file_too_large"
+    WORKSPACE_LAYER_INVALID = "workspace_layer_invalid"
 
     def __str__(self) -> str:  # so f"{reason}" prints the code
         return self.value

@@ -334,7 +334,10 @@ class Policy:
                 real = canonical(path)
                 _check_source(real, what)
                 items.append((real, 0, Bind(path, real, readonly=what == "ro")))
-        if workdir is not None:
+        if workdir is not None and hasattr(workdir, "policy_ops"):   # a Workspace (workspace.py)
+            items += workdir.policy_ops()
+            overrides.setdefault("chdir", workdir.project)
+        elif workdir is not None:
             given = check_path(_absolute(workdir), "workdir", field="workdir")
             wd = canonical(given)
             if wd == "/":   # also a symlink to /: checked where it points
