@@ -73,7 +73,13 @@ class Workspace:
         self._hidden = tuple(_hidden) + (self.store,)
         marker = os.path.join(self.store, "opened")
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600))
-        # Conflicts are host entries whose ctime is not before this (the kernel's clock, as theirs).
+        # Conflicts are host entries whose ctime is not before this (the kernel's clock, as
+        # theirs). The marker's ctime is queried, then changed: on a multigrain-timestamp
+        # kernel (6.13+) that change takes a fine-grained ctime and raises the floor every
+        # later change is stamped at or above, so an entry changed in the same clock tick
+        # before the open is not a conflict and one changed after it is.
+        os.stat(marker)
+        os.utime(marker)
         self.opened_ns = _opened if _opened is not None else os.stat(marker).st_ctime_ns
         self._reviewed: list[L.Change] | None = None
         self._snapshots = 0
