@@ -95,9 +95,11 @@ class Workspace:
         """The layers above the project, bottom first: snapshots, then the upper."""
         return self._lowers + (self.upper,)
 
-    def policy_ops(self):
+    def policy_ops(self, overrides: dict):
         """The filesystem operations a policy needs: ``[(key path, rank, op)]`` as
-        :meth:`Policy.default` sorts them (the overlay, then the hides)."""
+        :meth:`Policy.default` sorts them (the overlay, then the hides); the project is
+        the start directory unless ``overrides`` names one."""
+        overrides.setdefault("chdir", self.project)
         from .fs import Hide, Overlay
         ops = [(self.project, 0, Overlay(self.project, (self.project,) + self._lowers, self.upper,
                                          os.path.join(self.store, "work")))]

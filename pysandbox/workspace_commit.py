@@ -40,9 +40,8 @@ import secrets
 import shutil
 import stat
 
-from .errors import Reason
 from . import workspace_layer as L
-from .workspace_errors import WorkspaceConflict, WorkspaceError
+from .errors import Reason, WorkspaceConflict, WorkspaceError
 
 UNSAFE_TYPES = ("char", "block", "socket")
 STAGE_PREFIX = ".pysandbox-commit-"

@@ -21,8 +21,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from .errors import Reason
-from .workspace_errors import WorkspaceError
+from .errors import Reason, WorkspaceError
 
 KINDS = ("added", "modified", "deleted", "type_changed", "mode_changed")
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

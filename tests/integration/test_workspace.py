@@ -14,7 +14,7 @@ import pytest
 import pysandbox
 from pysandbox.errors import BwrapOptionUnsupported, Reason
 from pysandbox.workspace import Workspace
-from pysandbox.workspace_errors import WorkspaceConflict, WorkspaceError
+from pysandbox.errors import WorkspaceConflict, WorkspaceError
 from tests.support import host_capability, need, python_in_sandbox
 
 pytestmark = pytest.mark.requires("userns", "native")

@@ -12,7 +12,7 @@ import pytest
 from pysandbox import workspace_commit
 from pysandbox.errors import Reason
 from pysandbox.workspace import Workspace
-from pysandbox.workspace_errors import WorkspaceError
+from pysandbox.errors import WorkspaceError
 
 
 @pytest.fixture
