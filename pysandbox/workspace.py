@@ -27,7 +27,7 @@ import shutil
 import stat
 import tempfile
 
-from .errors import PolicyError, Reason
+from .errors import PolicyError, Reason, WorkspaceError
 from . import workspace_layer as L
 
 
@@ -123,6 +123,11 @@ class Workspace:
         layer_fds, project_fd = self._open()
         try:
             return L.changes(layer_fds, project_fd)
+        except PermissionError as exc:
+            # An unprivileged caller cannot read what the command made unreadable to its
+            # owner (chmod 000): the review fails closed rather than guess.
+            raise WorkspaceError(f"the layer holds an entry this user cannot read ({exc}): discard() it, or "
+                                 "review as root", Reason.WORKSPACE_LAYER_INVALID) from exc
         finally:
             for fd in layer_fds + [project_fd]:
                 os.close(fd)

@@ -158,3 +158,16 @@ def test_review_and_diff_never_block_on_a_fifo(ws):
     os.mkfifo(up(ws, "p"))
     assert [c.type for c in ws.changes()] == ["fifo"]
     assert ws.diff() == ""
+
+
+def test_an_entry_its_owner_cannot_read_fails_the_review_closed_for_a_user(ws, project):
+    open(up(ws, "top"), "w").write("TOP\n")     # same size as the host's: the content must be read
+    os.chmod(up(ws, "top"), 0)
+    if os.geteuid() == 0:                       # root reads it: the change is seen (the control)
+        assert [(c.path, c.kind) for c in ws.changes()] == [("top", "modified")]
+        return
+    with pytest.raises(WorkspaceError) as err:
+        ws.changes()
+    assert err.value.reason == Reason.WORKSPACE_LAYER_INVALID
+    ws.discard()
+    assert ws.changes() == []
