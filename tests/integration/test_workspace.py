@@ -290,3 +290,48 @@ def test_bundled_bwrap_runs_the_workspace(ws, project, monkeypatch):
     assert {c.path: c.kind for c in ws.changes()} == {"by_bwrap": "added", "gone": "deleted"}
     ws.commit()
     assert (project / "by_bwrap").read_text() == "b\n" and not (project / "gone").exists()
+
+
+def _cli(cwd, *args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "pysandbox", "run", "--backend", "native", *args], cwd=cwd,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+
+
+def _stores():
+    import glob
+    import tempfile
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "pysandbox-ws-*")))
+
+
+def test_cli_workspace_summary_then_discard_or_commit(project):
+    stores = _stores()
+    done = _cli(project, "--workspace", "--", "sh", "-c", "echo cli > edit; rm gone")
+    assert done.returncode == 0, done.stderr
+    assert "modified     file    edit (4 bytes)" in done.stderr and "deleted" in done.stderr
+    assert "discarded" in done.stderr and (project / "edit").read_text() == "old\n"   # no terminal: dropped
+    failed = _cli(project, "--workspace", "--commit", "--", "sh", "-c", "echo cli > edit; exit 3")
+    assert failed.returncode == 3 and "nothing committed" in failed.stderr
+    assert (project / "edit").read_text() == "old\n"
+    done = _cli(project, "--workspace", "--commit", "--", "sh", "-c", "echo cli > edit; rm gone")
+    assert done.returncode == 0 and "committed 2 change(s)" in done.stderr, done.stderr
+    assert (project / "edit").read_text() == "cli\n" and not (project / "gone").exists()
+    assert _stores() <= stores                                   # every layer removed
+    usage = _cli(project, "--commit", "--", "true")
+    assert usage.returncode == 2 and "conflicting_options" in usage.stderr
+
+
+def test_cli_workspace_asks_on_a_terminal(project):
+    import sys
+    pexpect = pytest.importorskip("pexpect")
+    for answer, expect_body in (("n", "old\n"), ("y", "tty\n")):
+        child = pexpect.spawn(sys.executable, ["-m", "pysandbox", "run", "--backend", "native", "--workspace", "--",
+                                               "sh", "-c", "echo tty > edit"], cwd=str(project), encoding="utf-8",
+                              timeout=120)
+        child.expect(r"commit these changes to the host\? \[y/N\] ")
+        child.sendline(answer)
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+        assert (project / "edit").read_text() == expect_body

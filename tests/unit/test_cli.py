@@ -30,7 +30,9 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               "--limit-memory", "--limit-pids", "--limit-cpu", "--limit-wall", "--limit-file-size",
               "--limit-open-files",
               # the credential stores' opt-out (README "The policy", pysandbox/credentials.py)
-              "--no-hide-credentials")
+              "--no-hide-credentials",
+              # workspaces (README "Workspaces", pysandbox/cli_workspace.py)
+              "--workspace", "--commit", "--discard")
 DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile", "--no-hide-credentials")
 
 
