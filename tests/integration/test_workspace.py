@@ -335,3 +335,15 @@ def test_cli_workspace_asks_on_a_terminal(project):
         child.close()
         assert child.exitstatus == 0, child.before
         assert (project / "edit").read_text() == expect_body
+
+
+def test_asyncio_and_a_pool_run_over_the_workspace(ws, project):
+    import asyncio
+    from pysandbox import aio
+    policy = pysandbox.Policy.default(workdir=ws)
+    done = asyncio.run(aio.run(["sh", "-c", "echo aio > by_aio"], policy=policy, backend="native"))
+    assert done.returncode == 0
+    with pysandbox.Pool(policy, size=1, backend="native") as pool:
+        assert pool.run(["sh", "-c", "echo pool > by_pool"]).returncode == 0
+    assert [c.path for c in ws.changes()] == ["by_aio", "by_pool"]
+    assert not (project / "by_aio").exists() and not (project / "by_pool").exists()
