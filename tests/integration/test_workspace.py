@@ -347,3 +347,20 @@ def test_asyncio_and_a_pool_run_over_the_workspace(ws, project):
         assert pool.run(["sh", "-c", "echo pool > by_pool"]).returncode == 0
     assert [c.path for c in ws.changes()] == ["by_aio", "by_pool"]
     assert not (project / "by_aio").exists() and not (project / "by_pool").exists()
+
+
+def test_deep_agents_sandbox_over_a_workspace_is_a_reviewable_change_set(ws, project):
+    pytest.importorskip("deepagents")
+    from pysandbox.integrations.deepagents import PysandboxSandbox
+    sb = PysandboxSandbox(workspace=ws, backend="native")
+    try:
+        assert sb.execute(f"cd {project} && echo agent > edit").exit_code == 0
+        assert sb.upload_files([(str(project / "uploaded"), b"up")])[0].error is None
+        assert (project / "edit").read_text() == "old\n" and not (project / "uploaded").exists()
+        assert {c.path: c.kind for c in sb.changes()} == {"edit": "modified", "uploaded": "added"}
+        sb.commit()
+    finally:
+        sb.close()
+    assert (project / "edit").read_text() == "agent\n" and (project / "uploaded").read_text() == "up"
+    with pytest.raises(ValueError):
+        PysandboxSandbox(workspace=ws, policy=pysandbox.Policy.default())
