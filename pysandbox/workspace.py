@@ -128,6 +128,9 @@ class Workspace:
             # owner (chmod 000): the review fails closed rather than guess.
             raise WorkspaceError(f"the layer holds an entry this user cannot read ({exc}): discard() it, or "
                                  "review as root", Reason.WORKSPACE_LAYER_INVALID) from exc
+        except OSError as exc:   # a name swapped between its lstat and its open (ELOOP, ENOTDIR)
+            raise WorkspaceError(f"the layer changed during the review ({exc})",
+                                 Reason.WORKSPACE_LAYER_INVALID) from exc
         finally:
             for fd in layer_fds + [project_fd]:
                 os.close(fd)

@@ -21,8 +21,8 @@ The layer was written by a command we do not trust, so commit:
 - is crash-safe per entry. Phase 1 copies every file into a staging directory
   ``.pysandbox-commit-TOKEN`` in the project root (nothing is applied if any copy
   fails its check); phase 2 applies in pre-order, each file by one ``rename`` over the
-  old one, each symlink and fifo made under a temporary name and renamed; phase 3
-  removes the staging directory. An interrupted commit leaves every entry old or new.
+  old one, each symlink and fifo made under a temporary name and renamed, then sets
+  directory modes deepest first; phase 3 removes the staging directory. An interrupted commit leaves every entry old or new.
   To finish it: open the same layers again if the process lived (``ws.commit()`` again:
   what was applied now equals the layer and is no longer a change), then delete
   ``.pysandbox-commit-*`` in the project (and any ``.pysandbox-commit-*`` temporary
@@ -196,6 +196,17 @@ def _apply(chosen, layer_fds, project_fd):
                 _apply_one(c, i, parent, stage_fd, layer_fds, f"{stage}-{i}")
             finally:
                 os.close(parent)
+        # phase 2b: directory modes last, deepest first, so that a directory the command
+        # made read-only (0555) still took what goes in it
+        for c in reversed([c for c in chosen if c.type == "dir" and c.kind != "deleted"]):
+            fd = L.open_dir(project_fd, c.parts)
+            if fd is None:
+                raise WorkspaceError(f"{L.show(c.path)}: replaced on the host during the commit",
+                                     Reason.WORKSPACE_CONFLICT, (c.path,))
+            try:
+                os.fchmod(fd, c.mode & 0o777)
+            finally:
+                os.close(fd)
     finally:
         os.close(stage_fd)
         shutil.rmtree(stage, dir_fd=project_fd)
@@ -206,8 +217,10 @@ def _apply_one(c, i, parent, stage_fd, layer_fds, tmp):
     if c.kind == "deleted":
         _remove(parent, name)
         return
+    if c.kind == "mode_changed" and c.type == "dir":
+        return   # phase 2b
     if c.kind == "mode_changed":
-        flags = L.DIR_FLAGS if c.type == "dir" else L.FILE_FLAGS
+        flags = L.FILE_FLAGS
         fd = os.open(name, flags, dir_fd=parent)
         try:
             if L.type_of(os.fstat(fd).st_mode) != c.type:
@@ -219,12 +232,7 @@ def _apply_one(c, i, parent, stage_fd, layer_fds, tmp):
     if c.kind == "type_changed":
         _remove(parent, name)
     if c.type == "dir":
-        os.mkdir(name, 0o700, dir_fd=parent)
-        fd = os.open(name, L.DIR_FLAGS, dir_fd=parent)
-        try:
-            os.fchmod(fd, c.mode & 0o777)
-        finally:
-            os.close(fd)
+        os.mkdir(name, 0o700, dir_fd=parent)   # its mode in phase 2b
     elif c.type == "file":
         os.rename(str(i), name, src_dir_fd=stage_fd, dst_dir_fd=parent)
     elif c.type == "symlink":

@@ -364,3 +364,13 @@ def test_deep_agents_sandbox_over_a_workspace_is_a_reviewable_change_set(ws, pro
     assert (project / "edit").read_text() == "agent\n" and (project / "uploaded").read_text() == "up"
     with pytest.raises(ValueError):
         PysandboxSandbox(workspace=ws, policy=pysandbox.Policy.default())
+
+
+def test_a_read_only_directory_the_command_made_commits_with_its_contents(ws, project):
+    sh(ws, "mkdir -p ro/inner && echo f > ro/inner/f && chmod 555 ro/inner ro && chmod 500 sub")
+    ws.commit()
+    assert (project / "ro" / "inner" / "f").read_text() == "f\n"
+    assert stat.S_IMODE(os.stat(project / "ro").st_mode) == 0o555
+    assert stat.S_IMODE(os.stat(project / "sub").st_mode) == 0o500
+    for d in ("ro/inner", "ro", "sub"):
+        os.chmod(project / d, 0o755)   # for tmp_path's cleanup
