@@ -26,6 +26,7 @@ import os
 import shutil
 import stat
 import tempfile
+import weakref
 
 from .errors import PolicyError, Reason, WorkspaceError
 from . import workspace_layer as L
@@ -59,7 +60,7 @@ class Workspace:
             ``workdir_too_broad`` for ``/``.
     """
 
-    def __init__(self, path, *, store_dir=None, _lowers=(), _hidden=(), _opened=None):
+    def __init__(self, path, *, store_dir=None, _lowers=(), _hidden=(), _opened=None, _base=None):
         project = os.path.realpath(os.fspath(path))
         if project == "/":
             raise PolicyError("a workspace of '/' would overlay the whole host", Reason.WORKDIR_TOO_BROAD, project)
@@ -83,6 +84,9 @@ class Workspace:
         self.opened_ns = _opened if _opened is not None else os.stat(marker).st_ctime_ns
         self._reviewed: list[L.Change] | None = None
         self._snapshots = 0
+        self._base = _base          # the snapshot a fork starts from: its layers outlive the fork
+        # The store goes with the object (or at exit) unless remove() came first.
+        self._finalizer = weakref.finalize(self, rmtree, self.store)
 
     # -- the view -----------------------------------------------------------------------------
 
@@ -198,12 +202,13 @@ class Workspace:
         os.mkdir(os.path.join(self.store, "work"), 0o700)
         self._lowers += (frozen,)
         self._reviewed = None
-        return Snapshot(self.project, self._lowers, self._hidden, self.opened_ns)
+        return Snapshot(self.project, self._lowers, self._hidden, self.opened_ns, self)
 
     def remove(self) -> None:
         """Delete the store (upper, work, this workspace's snapshots: forks of them need
-        it kept; remove the first workspace last)."""
-        rmtree(self.store)
+        it kept; remove the first workspace last). Without it the store goes when the
+        workspace and every fork of its snapshots are garbage, or at exit."""
+        self._finalizer()
 
     def __enter__(self):
         return self
@@ -219,8 +224,9 @@ class Snapshot:
     """A frozen state of a workspace (:meth:`Workspace.snapshot`); :meth:`fork` starts a
     new workspace from it."""
 
-    def __init__(self, project, lowers, hidden, opened_ns):
+    def __init__(self, project, lowers, hidden, opened_ns, origin):
         self.project, self.layers, self._hidden, self.opened_ns = project, lowers, hidden, opened_ns
+        self._origin = origin   # holds the store of the layers (and through it, its own base)
 
     def fork(self, *, store_dir=None) -> Workspace:
         """A new workspace over this snapshot, diverging independently of every other.
@@ -229,4 +235,4 @@ class Snapshot:
             PolicyError: as :class:`Workspace`.
         """
         return Workspace(self.project, store_dir=store_dir, _lowers=self.layers, _hidden=self._hidden,
-                         _opened=self.opened_ns)
+                         _opened=self.opened_ns, _base=self)

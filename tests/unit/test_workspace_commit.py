@@ -171,3 +171,20 @@ def test_an_entry_its_owner_cannot_read_fails_the_review_closed_for_a_user(ws, p
     assert err.value.reason == Reason.WORKSPACE_LAYER_INVALID
     ws.discard()
     assert ws.changes() == []
+
+
+def test_a_dropped_workspace_removes_its_store_but_not_layers_a_fork_needs(project, tmp_path):
+    import gc
+    origin = Workspace(project, store_dir=tmp_path)
+    open(up(origin, "made"), "w").write("m")
+    snap = origin.snapshot()
+    fork = snap.fork(store_dir=tmp_path)
+    origin_store, layer = origin.store, snap.layers[-1]
+    del origin, snap
+    gc.collect()
+    assert os.path.isdir(layer)                          # the fork still stands on it
+    assert [c.path for c in fork.changes()] == ["made"]
+    fork_store = fork.store
+    del fork
+    gc.collect()
+    assert not os.path.exists(fork_store) and not os.path.exists(origin_store)
