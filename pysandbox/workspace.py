@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import tempfile
 import weakref
 
@@ -34,14 +33,15 @@ from . import workspace_layer as L
 
 def rmtree(path: str) -> None:
     """Remove a layer directory, whatever modes the command left in it (overlayfs's own
-    work/work is mode 000)."""
-    def retry(func, p, _exc):
+    work/work is mode 000): a directory that refuses is made 0700 once and retried."""
+    fixed = set()
+
+    def retry(func, p, exc):
+        if p in fixed or not isinstance(exc[1], PermissionError):
+            raise exc[1]
+        fixed.add(p)
         for d in (os.path.dirname(p), p):
-            try:
-                if stat.S_ISDIR(os.lstat(d).st_mode):
-                    os.chmod(d, 0o700)
-            except OSError:
-                pass
+            _own_dir_0700(d)
         if func is os.rmdir or func is os.unlink:
             func(p)
         else:
@@ -50,14 +50,34 @@ def rmtree(path: str) -> None:
         shutil.rmtree(path, onerror=retry)
 
 
+def _own_dir_0700(path: str) -> None:
+    """chmod 0700 a directory without following its last name (an O_PATH descriptor:
+    no permission on the directory itself is needed to name it)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if os.path.isdir(f"/proc/self/fd/{fd}") and not os.path.islink(path):
+            os.chmod(f"/proc/self/fd/{fd}", 0o700)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class Workspace:
     """An overlay view of the directory ``path`` (its canonical path). Pass it as the
     workdir of :meth:`Policy.default`: commands see the project at its own path,
     writable, and every write lands in the workspace's layer until :meth:`commit`.
 
+    ``store_dir``: where the store is made (default: the temporary directory, which every
+    default policy covers with its private ``/tmp``); choose one no policy makes writable.
+
     Raises:
         PolicyError: ``invalid_path`` when ``path`` is not a directory,
-            ``workdir_too_broad`` for ``/``.
+            ``workdir_too_broad`` for ``/``, ``conflicting_options`` for a store inside the project.
+        OSError: the store cannot be made.
     """
 
     def __init__(self, path, *, store_dir=None, _lowers=(), _hidden=(), _opened=None, _base=None):
@@ -66,8 +86,12 @@ class Workspace:
             raise PolicyError("a workspace of '/' would overlay the whole host", Reason.WORKDIR_TOO_BROAD, project)
         if not os.path.isdir(project):
             raise PolicyError(f"workspace {path}: not a directory", Reason.INVALID_PATH, path)
+        parent = os.path.realpath(os.fspath(store_dir) if store_dir is not None else tempfile.gettempdir())
+        if parent == project or parent.startswith(project.rstrip("/") + "/"):
+            raise PolicyError(f"the workspace's store {parent} is inside the project: the command would see its "
+                              "own layer through the project", Reason.CONFLICTING_OPTIONS, parent)
         self.project = project
-        self.store = tempfile.mkdtemp(prefix="pysandbox-ws-", dir=store_dir)   # 0700
+        self.store = tempfile.mkdtemp(prefix="pysandbox-ws-", dir=parent)   # 0700
         for name in ("upper", "work", "layers"):
             os.mkdir(os.path.join(self.store, name), 0o700)
         self._lowers = tuple(_lowers)
@@ -84,6 +108,7 @@ class Workspace:
         self.opened_ns = _opened if _opened is not None else os.stat(marker).st_ctime_ns
         self._reviewed: list[L.Change] | None = None
         self._snapshots = 0
+        self._ours: dict = {}       # path -> host stamp our own commits left (workspace_commit._record)
         self._base = _base          # the snapshot a fork starts from: its layers outlive the fork
         # The store goes with the object (or at exit) unless remove() came first.
         self._finalizer = weakref.finalize(self, rmtree, self.store)
@@ -182,7 +207,11 @@ class Workspace:
         return done
 
     def discard(self) -> None:
-        """Drop every change of the upper layer (snapshots taken stay)."""
+        """Drop every change of the upper layer (snapshots taken stay).
+
+        Raises:
+            OSError: the layer cannot be removed.
+        """
         for name in ("upper", "work"):
             rmtree(os.path.join(self.store, name))
             os.mkdir(os.path.join(self.store, name), 0o700)
@@ -192,7 +221,11 @@ class Workspace:
 
     def snapshot(self) -> "Snapshot":
         """Freeze the current state: the upper layer becomes a read-only lower layer (a
-        rename: O(1) in the number of files) and the workspace goes on over it."""
+        rename: O(1) in the number of files) and the workspace goes on over it.
+
+        Raises:
+            OSError: the layer cannot be renamed.
+        """
         frozen = os.path.join(self.store, "layers", str(self._snapshots))
         self._snapshots += 1
         os.rename(self.upper, frozen)
@@ -207,7 +240,11 @@ class Workspace:
     def remove(self) -> None:
         """Delete the store (upper, work, this workspace's snapshots: forks of them need
         it kept; remove the first workspace last). Without it the store goes when the
-        workspace and every fork of its snapshots are garbage, or at exit."""
+        workspace and every fork of its snapshots are garbage, or at exit.
+
+        Raises:
+            OSError: never for what is already gone (best effort on what is left).
+        """
         self._finalizer()
 
     def __enter__(self):

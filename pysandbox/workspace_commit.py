@@ -17,7 +17,8 @@ The layer was written by a command we do not trust, so commit:
   (owned by the caller's uid), mode & 0o777; hard links are committed as separate files;
 - refuses files larger than ``max_file_size`` (a sparse 100 GiB ``truncate``);
 - raises :class:`WorkspaceConflict` when a host entry it would replace or delete has a
-  ctime not before the workspace was opened (changed on the host since);
+  ctime not before the workspace was opened (changed on the host since), unless it is
+  still exactly as this workspace's own earlier commit left it;
 - is crash-safe per entry. Phase 1 copies every file into a staging directory
   ``.pysandbox-commit-TOKEN`` in the project root (nothing is applied if any copy
   fails its check); phase 2 applies in pre-order, each file by one ``rename`` over the
@@ -80,24 +81,48 @@ def _refuse_unsafe(chosen, max_file_size):
                              Reason.WORKSPACE_FILE_TOO_LARGE, large)
 
 
-def _changed_since(project_fd, c, opened_ns) -> bool:
+def _changed_since(project_fd, c, opened_ns, ours) -> bool:
+    """Whether the host entry of ``c`` (a directory: or anything below it) changed since
+    ``opened_ns``, other than by this workspace's own commits (``ours``: path -> stamp)."""
     if c.host_stamp is None:
         return False
-    if c.host_stamp[5] >= opened_ns:
+    if c.host_stamp[5] >= opened_ns and ours.get(c.path) != c.host_stamp:
         return True
     if c.old_type == "dir" and c.kind in ("deleted", "type_changed"):
         fd = L.open_dir(project_fd, c.parts)
         if fd is None:
             return True
         try:
-            for _, dirs, files, dfd in os.fwalk(".", dir_fd=fd):
+            for top, dirs, files, dfd in os.fwalk(".", dir_fd=fd):
+                prefix = c.path if top == "." else c.path + "/" + top[2:]
                 for name in dirs + files:
                     st = L.lstat_at(dfd, name)
-                    if st is not None and st.st_ctime_ns >= opened_ns:
+                    if st is not None and st.st_ctime_ns >= opened_ns and ours.get(f"{prefix}/{name}") != L.stamp(st):
                         return True
         finally:
             os.close(fd)
     return False
+
+
+def _record(ws, project_fd, chosen) -> None:
+    """The host stamps this commit left, on what it wrote and the directories above it: a
+    later commit of the same workspace does not take its own work for a conflict."""
+    paths = {c.path for c in chosen}
+    for c in chosen:
+        paths.update("/".join(c.parts[:i]) for i in range(1, len(c.parts)))
+    for path in paths:
+        parts = tuple(path.split("/"))
+        parent = L.open_dir(project_fd, parts[:-1])
+        if parent is None:
+            continue
+        try:
+            st = L.lstat_at(parent, parts[-1])
+        finally:
+            os.close(parent)
+        if st is not None:
+            ws._ours[path] = L.stamp(st)
+        else:
+            ws._ours.pop(path, None)
 
 
 def commit(ws, paths, max_file_size) -> list:
@@ -113,11 +138,14 @@ def commit(ws, paths, max_file_size) -> list:
     _refuse_unsafe(chosen, max_file_size)
     layer_fds, project_fd = ws._open()
     try:
-        conflicts = [c.path for c in chosen if _changed_since(project_fd, c, ws.opened_ns)]
+        conflicts = [c.path for c in chosen if _changed_since(project_fd, c, ws.opened_ns, ws._ours)]
         if conflicts:
             raise WorkspaceConflict("changed on the host since the workspace was opened: "
                                     + ", ".join(map(L.show, conflicts)), Reason.WORKSPACE_CONFLICT, conflicts)
-        _apply(chosen, layer_fds, project_fd)
+        try:
+            _apply(chosen, layer_fds, project_fd)
+        finally:
+            _record(ws, project_fd, chosen)
     finally:
         for fd in layer_fds + [project_fd]:
             os.close(fd)

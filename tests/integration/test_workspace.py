@@ -374,3 +374,15 @@ def test_a_read_only_directory_the_command_made_commits_with_its_contents(ws, pr
     assert stat.S_IMODE(os.stat(project / "sub").st_mode) == 0o500
     for d in ("ro/inner", "ro", "sub"):
         os.chmod(project / d, 0o755)   # for tmp_path's cleanup
+
+
+def test_a_second_commit_does_not_take_the_first_for_a_conflict(ws, project):
+    sh(ws, "echo one > edit; mkdir -p newdir; echo a > newdir/a")
+    ws.commit()
+    sh(ws, "echo two > edit; echo b > newdir/b; chmod 700 newdir")
+    ws.commit()                                           # our own first commit is no conflict
+    assert (project / "edit").read_text() == "two\n" and (project / "newdir" / "b").read_text() == "b\n"
+    sh(ws, "echo three > edit")
+    (project / "edit").write_text("host\n")              # control: a host change after it is one
+    with pytest.raises(WorkspaceConflict):
+        ws.commit()

@@ -188,3 +188,11 @@ def test_a_dropped_workspace_removes_its_store_but_not_layers_a_fork_needs(proje
     del fork
     gc.collect()
     assert not os.path.exists(fork_store) and not os.path.exists(origin_store)
+
+
+def test_a_store_inside_the_project_is_refused(project, tmp_path):
+    from pysandbox.errors import PolicyError
+    with pytest.raises(PolicyError) as err:
+        Workspace(project, store_dir=project / "d")
+    assert err.value.reason == Reason.CONFLICTING_OPTIONS
+    Workspace(project, store_dir=tmp_path).remove()       # control
