@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import weakref
 
@@ -45,9 +46,16 @@ def rmtree(path: str) -> None:
         if func is os.rmdir or func is os.unlink:
             func(p)
         else:
-            shutil.rmtree(p, onerror=retry)
+            _rmtree(p, retry)
     if os.path.lexists(path):
-        shutil.rmtree(path, onerror=retry)
+        _rmtree(path, retry)
+
+
+def _rmtree(path, handler) -> None:
+    if sys.version_info >= (3, 12):   # onerror is deprecated there
+        shutil.rmtree(path, onexc=lambda func, p, exc: handler(func, p, (type(exc), exc, None)))
+    else:
+        shutil.rmtree(path, onerror=handler)
 
 
 def _own_dir_0700(path: str) -> None:

@@ -196,3 +196,38 @@ def test_a_store_inside_the_project_is_refused(project, tmp_path):
         Workspace(project, store_dir=project / "d")
     assert err.value.reason == Reason.CONFLICTING_OPTIONS
     Workspace(project, store_dir=tmp_path).remove()       # control
+
+
+def test_a_commit_killed_mid_way_leaves_old_or_new_and_the_documented_finish_works(ws, project):
+    import signal
+    for name in ("a", "b", "c"):
+        open(up(ws, name), "w").write("new " + name)
+    open(up(ws, "top"), "w").write("new top")
+    ws.changes()
+    pid = os.fork()
+    if pid == 0:   # the committing process, SIGKILLed after its second entry
+        try:
+            real, done = workspace_commit._apply_one, []
+
+            def dies(c, *args):
+                if len(done) == 2:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                done.append(c.path)
+                return real(c, *args)
+            workspace_commit._apply_one = dies
+            ws.commit()
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    for name in ("a", "b", "c", "top"):
+        body = (project / name).read_text() if (project / name).exists() else None
+        assert body in (None, "top\n") or body.startswith("new "), (name, body)
+    left = [n for n in os.listdir(project) if n.startswith(".pysandbox-commit-")]
+    assert len(left) == 1                                 # the staging directory of the killed commit
+    assert [c.path for c in ws.changes()] == ["c", "top"]  # the finish: commit again ...
+    ws.commit()
+    import shutil
+    shutil.rmtree(project / left[0])                      # ... and delete the staging directory
+    assert {n: (project / n).read_text() for n in ("a", "b", "c", "top")} == \
+        {"a": "new a", "b": "new b", "c": "new c", "top": "new top"}
