@@ -21,7 +21,7 @@ __all__ = [
     "DEVNULL", "Dev", "Dir", "Env", "File", "Hide", "LimitUnavailable", "Limits", "Mqueue", "NativeModuleMissing", "Network",
     "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "Overlay", "PIPE", "Policy", "PolicyError", "Popen",
     "Pool", "Proc", "Reason", "Sandbox", "SessionError", "SessionProcess", "RemountRo", "STDOUT", "SandboxError", "SandboxProcess", "SetuidRejected",
-    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "call", "check_call",
+    "SetupError", "Symlink", "TimeoutExpired", "Tmpfs", "UserNamespaceUnavailable", "Workspace", "WorkspaceConflict", "WorkspaceError", "call", "check_call",
     "check_output", "run", "status",
     "__version__",
 ]
@@ -31,12 +31,14 @@ _HOME = {
     **dict.fromkeys(("BackendUnavailable", "BwrapArgumentError", "BwrapNotFound", "BwrapOptionUnsupported",
                      "BwrapProbeFailed", "CapabilityUnavailable", "LimitUnavailable", "NativeModuleMissing",
                      "NetworkModeUnsupported", "NetworkNamespaceUnavailable", "PolicyError", "Reason", "SandboxError", "SetuidRejected",
-                     "SessionError", "SetupError", "UserNamespaceUnavailable"), "errors"),
+                     "SessionError", "SetupError", "UserNamespaceUnavailable", "WorkspaceConflict",
+                     "WorkspaceError"), "errors"),
     **dict.fromkeys(("Bind", "Chmod", "Dev", "Dir", "Env", "File", "Hide", "Mqueue", "Network", "Overlay",
                      "Policy", "Proc", "RemountRo", "Symlink", "Tmpfs"), "policy"),
     **dict.fromkeys(("DEVNULL", "PIPE", "STDOUT", "CalledProcessError", "CompletedProcess", "Popen",
                      "SandboxProcess", "TimeoutExpired", "call", "check_call", "check_output", "run"), "process"),
     "Limits": "limits", "status": "status", "Sandbox": "session", "SessionProcess": "session", "Pool": "pool",
+    "Workspace": "workspace",
 }
 # the submodules `import pysandbox` used to import, still reachable as attributes
 _SUBMODULES = frozenset(("_popen", "backends", "checks", "errors", "execpath", "fs", "lifecycle", "memfd", "ops",
@@ -47,7 +49,8 @@ if TYPE_CHECKING:   # what type checkers and IDEs read; at run time __getattr__ 
     from .errors import (BackendUnavailable, BwrapArgumentError, BwrapNotFound, BwrapOptionUnsupported,
                          BwrapProbeFailed, CapabilityUnavailable, LimitUnavailable, NativeModuleMissing,
                          NetworkModeUnsupported, NetworkNamespaceUnavailable, PolicyError, Reason, SandboxError,
-                         SessionError, SetuidRejected, SetupError, UserNamespaceUnavailable)
+                         SessionError, SetuidRejected, SetupError, UserNamespaceUnavailable, WorkspaceConflict,
+                         WorkspaceError)
     from .limits import Limits
     from .policy import (Bind, Chmod, Dev, Dir, Env, File, Hide, Mqueue, Network, Overlay, Policy, Proc,
                          RemountRo, Symlink, Tmpfs)
@@ -56,6 +59,7 @@ if TYPE_CHECKING:   # what type checkers and IDEs read; at run time __getattr__ 
                           TimeoutExpired, call, check_call, check_output, run)
     from .session import Sandbox, SessionProcess
     from .status import status
+    from .workspace import Workspace
 del TYPE_CHECKING
 
 

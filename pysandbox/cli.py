@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from . import __version__, cli_limits, cli_seccomp
+from . import __version__, cli_limits, cli_seccomp, cli_workspace
 from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
 from .writable import home_directories
@@ -163,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", metavar="SECONDS", type=_seconds,
                      help="after SECONDS: SIGTERM to the command, SIGKILL to the sandbox 2 s later")
     cli_limits.add_arguments(run)
+    cli_workspace.add_arguments(run)
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command to run")
 
     st = sub.add_parser("status", help="what works here, per backend, capability and network mode",
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             profile = load(args.profile)
         if args.cmd == "status":
             return _status(args, profile)
-        return _run(parser, args, profile)
+        return cli_workspace.finished(args, lambda: _run(parser, args, profile))
     except PolicyError as exc:
         from .cli_errors import describe
         _say(describe(exc, args, profile))
@@ -268,6 +269,7 @@ def _policy(args, profile=None):
         kw["workdir"] = _default_workdir()
     elif profile.raw.get("workdir") == ".":
         kw["workdir"] = _default_workdir()   # "." is the default workdir, with its home-directory check
+    kw["workdir"] = cli_workspace.workdir(args, kw.get("workdir"))
     if args.network is not None:
         kw["network"] = args.network
     for name in ("ro", "rw", "hide", "tmpfs", "allow_hosts"):

@@ -7,6 +7,7 @@ SandboxError
 ├─ CapabilityUnavailable(OSError)      UserNamespaceUnavailable, NetworkNamespaceUnavailable,
 │                                      LimitUnavailable, ...
 ├─ SessionError(RuntimeError)          a session cannot start, is closed or was lost
+├─ WorkspaceError(RuntimeError)        a workspace refused a review or commit; WorkspaceConflict
 └─ SetupError(OSError)                 .stage .op .errno .filename
 
 Tests assert on ``.reason``, never on the message text.
@@ -61,6 +62,12 @@ class Reason(str, enum.Enum):
     SESSION_UNAVAILABLE = "session_unavailable"
     SESSION_CLOSED = "session_closed"
     SESSION_LOST = "session_lost"
+    # workspaces (workspace.py, workspace_commit.py)
+    WORKSPACE_CONFLICT = "workspace_conflict"
+    WORKSPACE_CHANGED = "workspace_changed"
+    WORKSPACE_UNSAFE_ENTRY = "workspace_unsafe_entry"
+    WORKSPACE_FILE_TOO_LARGE = "workspace_file_too_large"
+    WORKSPACE_LAYER_INVALID = "workspace_layer_invalid"
 
     def __str__(self) -> str:  # so f"{reason}" prints the code
         return self.value
@@ -180,6 +187,31 @@ class SetupError(SandboxError, OSError):
         self.filename = filename
 
 
+class WorkspaceError(SandboxError, RuntimeError):
+    """A workspace refused a review or a commit (workspace.py, workspace_commit.py);
+    ``paths`` names the project-relative paths concerned (``str``, non-UTF-8 bytes as
+    surrogate escapes). Nothing was applied.
+
+    Reasons: ``workspace_changed`` (the layer is not what ``Workspace.changes``
+    reviewed), ``workspace_unsafe_entry`` (a setuid/setgid entry, a device node or a
+    socket), ``workspace_file_too_large`` (over ``max_file_size``),
+    ``workspace_layer_invalid`` (the layer changed under the review), ``invalid_path``
+    (a path to commit that is not a change)."""
+
+    default_reason = Reason.WORKSPACE_LAYER_INVALID
+
+    def __init__(self, message: str, reason: Reason | None = None, paths=()):
+        super().__init__(message, reason)
+        self.paths = tuple(paths)
+
+
+class WorkspaceConflict(WorkspaceError):
+    """A host entry the commit would replace or delete changed since the workspace was
+    opened: ``paths`` lists them; nothing was applied."""
+
+    default_reason = Reason.WORKSPACE_CONFLICT
+
+
 _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.SESSION_UNAVAILABLE: SessionError,
     Reason.SESSION_CLOSED: SessionError,
@@ -202,6 +234,11 @@ _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.BWRAP_INIT_UNAVAILABLE: BackendUnavailable,
     Reason.CGROUP_UNAVAILABLE: LimitUnavailable,
     Reason.CONTROLLER_NOT_DELEGATED: LimitUnavailable,
+    Reason.WORKSPACE_CONFLICT: WorkspaceConflict,
+    Reason.WORKSPACE_CHANGED: WorkspaceError,
+    Reason.WORKSPACE_UNSAFE_ENTRY: WorkspaceError,
+    Reason.WORKSPACE_FILE_TOO_LARGE: WorkspaceError,
+    Reason.WORKSPACE_LAYER_INVALID: WorkspaceError,
 }
 
 

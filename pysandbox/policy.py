@@ -245,11 +245,10 @@ class Policy:
                 hide: Iterable = (), tmpfs: Iterable = (), allow_hosts: Iterable = (), **overrides) -> "Policy":
         """The default policy (README.md, "The policy").
 
-        ``/`` read-only, ``workdir`` (if given; never ``/`` itself) read-write and the initial directory
-        (``workdir``, ``ro`` and ``rw`` paths are taken as the host resolves their
-        symlinks when the policy is built, and bound at that canonical path),
-        fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
-        uts and (network deny or proxy) net namespaces; die with parent; new session.
+        ``/`` read-only, ``workdir`` (if given; never ``/`` itself; a ``Workspace``: its overlay) read-write and
+        the initial directory (``workdir``, ``ro`` and ``rw`` paths are taken as the host resolves their symlinks
+        when the policy is built, and bound at that canonical path), fresh ``/proc``, minimal ``/dev``, private
+        ``/tmp``; new user, mount, pid, ipc, uts and (network deny or proxy) net namespaces; die with parent; new session.
         ``allow_hosts`` with ``network="proxy"``: the proxy's allow-list (:class:`Network`). Extra
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs`` adds private tmpfs mounts.
         Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
@@ -260,8 +259,7 @@ class Policy:
         and so is the launcher's own Python environment where it lies inside one (launcher_files.py).
 
         Raises:
-            PolicyError: a bad path, a missing bind source, or a bad override;
-                ``workdir_too_broad`` for the workdir ``/``.
+            PolicyError: a bad path, a missing bind source, a bad override; ``workdir_too_broad`` for ``/``.
         """
         items = []  # (depth, rank, op): parents before children, then by kind
         # A path given as a symlink is bound where it points now, at that (canonical)
@@ -271,7 +269,9 @@ class Policy:
                 real = canonical(path)
                 _check_source(real, what)
                 items.append((real, 0, Bind(path, real, readonly=what == "ro")))
-        if workdir is not None:
+        if hasattr(workdir, "policy_ops"):   # a Workspace: an overlay on the project (workspace.py)
+            items += workdir.policy_ops(overrides)
+        elif workdir is not None:
             given = check_path(_absolute(workdir), "workdir", field="workdir")
             wd = canonical(given)
             if wd == "/":   # also a symlink to /: checked where it points

@@ -145,6 +145,11 @@ class PysandboxSandbox(BaseSandbox):
     FilesystemMiddleware matches its deny rules against those absolute paths, so an agent
     with permission rules must keep the default ``"absolute"``).
 
+    ``workspace``: a :class:`pysandbox.Workspace` (instead of a ``policy``): the sandbox runs
+    under ``Policy.default(workdir=workspace)``, every write (uploads too) lands in the
+    workspace's layer, and ``changes()``/``commit()`` review and apply the agent's work
+    (``commit`` closes the sandbox first); ``close`` keeps the workspace.
+
     ``close()`` ends every process of the sandbox and removes the temporary workdir;
     ``delete()`` with no argument is ``close()`` (the teardown the Deep Agents standard
     tests call), ``delete(path)`` deletes a file in the sandbox. Both are idempotent.
@@ -156,7 +161,12 @@ class PysandboxSandbox(BaseSandbox):
 
     def __init__(self, *, policy: Policy | None = None, backend: str = "auto", env=None,
                  default_timeout: float = DEFAULT_TIMEOUT, overwrite: bool = True,
-                 glob_paths: str = "absolute"):
+                 glob_paths: str = "absolute", workspace=None):
+        if workspace is not None and policy is not None:
+            raise ValueError("give a workspace or a policy: the workspace's policy is Policy.default(workdir=ws)")
+        self._workspace = workspace
+        if workspace is not None:
+            policy = Policy.default(workdir=workspace)
         if default_timeout is None or default_timeout < 0:
             raise ValueError(f"default_timeout must be >= 0, got {default_timeout!r}")
         if glob_paths not in ("absolute", "relative"):
@@ -189,6 +199,36 @@ class PysandboxSandbox(BaseSandbox):
     def workdir(self) -> str | None:
         """The temporary workdir (a host path, also the sandbox's), or None with a policy."""
         return self._workdir
+
+    @property
+    def workspace(self):
+        """The :class:`pysandbox.Workspace` the agent's commands write to, or None."""
+        return self._workspace
+
+    def changes(self) -> list:
+        """The agent's change set so far (``Workspace.changes``).
+
+        Raises:
+            ValueError: the sandbox has no workspace. WorkspaceError: as ``Workspace.changes``.
+        """
+        return self._need_workspace().changes()
+
+    def commit(self, paths=None) -> list:
+        """End the sandbox (``close``), then apply the reviewed changes to the host project
+        (``Workspace.commit``: exactly what ``changes()`` returned, or nothing).
+
+        Raises:
+            ValueError: the sandbox has no workspace. WorkspaceConflict, WorkspaceError:
+                as ``Workspace.commit``.
+        """
+        ws = self._need_workspace()
+        self.close()
+        return ws.commit(paths)
+
+    def _need_workspace(self):
+        if self._workspace is None:
+            raise ValueError("this sandbox runs without a workspace (PysandboxSandbox(workspace=...))")
+        return self._workspace
 
     @property
     def session(self) -> Sandbox:

@@ -32,7 +32,9 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               # the credential stores' opt-out (README "The policy", pysandbox/credentials.py)
               "--no-hide-credentials",
               # git metadata's opt-out (README "Git metadata", pysandbox/gitmeta.py)
-              "--writable-git")
+              "--writable-git",
+              # workspaces (README "Workspaces", pysandbox/cli_workspace.py)
+              "--workspace", "--commit", "--discard")
 DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile", "--no-hide-credentials",
                  "--writable-git")
 

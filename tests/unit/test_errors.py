@@ -41,6 +41,11 @@ def test_default_reasons(cls, reason):
 # What error_for builds for each code, written out here (not read from errors.py's table),
 # so a code mapped to the wrong class, or a code added without a decision here, fails.
 EXPECTED_CLASS = {
+    "workspace_conflict": E.WorkspaceConflict,
+    "workspace_changed": E.WorkspaceError,
+    "workspace_unsafe_entry": E.WorkspaceError,
+    "workspace_file_too_large": E.WorkspaceError,
+    "workspace_layer_invalid": E.WorkspaceError,
     "user_namespace_unavailable": E.UserNamespaceUnavailable,
     "mount_namespace_unavailable": E.CapabilityUnavailable,
     "pid_namespace_unavailable": E.CapabilityUnavailable,
