@@ -350,7 +350,7 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             i += 3;
         } else if (streq(o, "-p") && i + 2 < argc) {
             long sock = parse(argv[i + 1]), port = parse(argv[i + 2]);
-            if (sock < 3 || port <= 0 || port > 65535)
+            if (sock < 3 || port < 0)   /* a port out of range is the tail's EINVAL */
                 fail(PSB_TAIL_USAGE, EINVAL, i);
             long e = psb_tail_listen(sock, port);
             if (e < 0)
@@ -366,8 +366,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         } else if (streq(o, "-n")) {
             no_raise = 1;
         } else if (streq(o, "-L") && i + 1 < argc) {
-            landlock = parse(argv[++i]);
-            if (landlock != PSB_LANDLOCK_FS && landlock != PSB_LANDLOCK_SIGNAL)
+            landlock = parse(argv[++i]);   /* a kind psb_landlock_self does not know: its EINVAL */
+            if (landlock <= 0)
                 fail(PSB_TAIL_USAGE, EINVAL, i);
         } else if (streq(o, "-c") && i + 1 < argc) {
             capmask = parse_hex(argv[++i]);
@@ -424,13 +424,17 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         /* The command: nothing of the init's reaches it (status pipe closed). */
         sys6(NR_CLOSE, status_fd, 0, 0, 0, 0, 0);
         sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
-        sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
-        /* The tail, in this order: terminal, Landlock, rlimits, seccomp, exec. */
+        /* The tail, in this order: terminal, Landlock, rlimits, seccomp, exec. Signals
+         * stay blocked through the terminal: a pty whose master could not be handed over
+         * is hung up when we close the master, and its SIGHUP must not kill us before
+         * the failure is reported (it stays pending; we exit). */
         step = 0;
         if (pty_sock >= 0 && (err = -pty_to_stdio(pty_sock, pty_mask, pty_ws)) > 0)
             step = PSB_TAIL_PTY;
         if (!step && landlock && (err = -psb_landlock_self(landlock)) > 0)
             step = PSB_TAIL_LANDLOCK;
+        if (!step)
+            sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
         if (!step)
             step = limit_and_filter(nfilters, &err, &k);
         if (!step) {

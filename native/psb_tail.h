@@ -81,15 +81,18 @@ enum psb_tail_step {
  * bounding set; caps up to ``last`` (or until the kernel says EINVAL: past its last).
  * PSB_F_NO_RAISE (psb.h): the kept ones stay permitted and effective only; PSB_F_NO_AMBIENT:
  * not raised into the ambient set. What the kernel holds afterwards is read back: a set
- * that is not exactly the asked one is EPERM. */
+ * that is not exactly the asked one is EPERM (since Linux 6.3 capset silently drops the
+ * bits of capabilities the kernel does not have). */
 static long __attribute__((unused)) psb_tail_caps(unsigned long long keep, long last, int no_raise, int no_ambient)
 {
     for (long cap = 0; cap <= last; cap++) {
         if (keep & (1ULL << cap))
             continue;
         long r = psb_sys(__NR_prctl, PR_CAPBSET_DROP, cap, 0, 0, 0);
-        if (r == -PSB_TAIL_EINVAL)
-            break;   /* past the kernel's last capability */
+        if (r == -PSB_TAIL_EINVAL) {
+            last = cap - 1;   /* past the kernel's last capability: nothing there to raise */
+            break;
+        }
         if (r < 0)
             return r;
     }

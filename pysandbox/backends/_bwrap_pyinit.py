@@ -239,12 +239,13 @@ def set_rlimits():
     # and a file_size limit would be EFBIG, not SIGXFSZ, as native/psb_child.c resets them)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-    import resource
+    # libc's setrlimit, not resource.setrlimit: the kernel's errno (EPERM above
+    # fs.nr_open), which Python's ValueError would hide, as the C init reports it
+    class RL(ctypes.Structure):
+        _fields_ = [("cur", ctypes.c_ulong), ("max", ctypes.c_ulong)]
     for k, (res, soft, hard) in enumerate(rlimits):
-        try:
-            resource.setrlimit(res, (soft, hard))
-        except (OSError, ValueError) as x:
-            return getattr(x, "errno", None) or 22, k
+        if libc.setrlimit(res, ctypes.byref(RL(soft & (2 ** 64 - 1), hard & (2 ** 64 - 1)))) != 0:
+            return err() or 22, k
     return 0, 0
 if gate >= 0:
     try:
@@ -277,9 +278,8 @@ pid = os.fork()
 if pid == 0:
     os.close(sfd)
     os.close(r)
-    signal.pthread_sigmask(signal.SIG_SETMASK, old)
     rec = (0, 0, 0)
-    e = pty_step()
+    e = pty_step()                                 # signals still blocked: as the C init
     if e:
         rec = (T_PTY, e, 0)
     if not rec[0]:
@@ -287,6 +287,7 @@ if pid == 0:
         if e:
             rec = (T_LANDLOCK, e, 0)
     if not rec[0]:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
         e, k = set_rlimits()
         if e:
             rec = (T_RLIMIT, e, k)

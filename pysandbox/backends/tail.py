@@ -61,10 +61,12 @@ def plan_step(plan: P.Plan, step: str, k: int) -> int | None:
 
 
 def where(plan_index: int | None, step: str, rlimit: tuple | None = None) -> str:
-    """The ``(plan step N, tail step KIND)`` suffix (cli_errors strips it without
-    --verbose)."""
+    """The ``(plan step N, tail step KIND)`` suffix (``(tail step KIND)`` for a session's
+    command; cli_errors strips it without --verbose)."""
     if rlimit is not None:
         return f"(plan rlimits {rlimit_name(rlimit[0])}={rlimit[1]}:{rlimit[2]}, tail step {step})"
+    if plan_index is None:   # a session's command: the step is its own, not the plan's
+        return f"(tail step {step})"
     return f"(plan step {plan_index}, tail step {step})"
 
 
