@@ -6,13 +6,14 @@ live control: the same launch without the injected value runs the command.
 
 Injection, never a hook in the product: a value the kernel refuses, put where the
 launcher (trusted, outside the sandbox) builds the launch: a policy value (an rlimit above
-fs.nr_open), or the launcher's own plan and decisions patched in this test process (a
+fs.nr_open), the launcher's own plan and decisions patched in this test process (a
 seccomp program the kernel's checker refuses, a Landlock kind it does not know, a proxy
-port out of range). Nothing a sandboxed command can reach selects a failure.
+port out of range, a kept capability numbered past the kernel's last), or the launcher's
+end of the terminal socket closed before the launch (the master cannot be handed over).
+Nothing a sandboxed command can reach selects a failure.
 
-Not injected here (see the report of issue 26): capabilities (a kept capability the
-kernel refuses cannot be named through bwrap's --cap-add) and the terminal (Python checks
-the sandbox's devpts before any launch).
+Where a path does not run a step it says so at the step: sessions refuse resource limits
+and network proxy mode before any launch, and take no terminal.
 """
 
 from __future__ import annotations
