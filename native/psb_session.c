@@ -260,8 +260,10 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
     /* A Landlock domain of its own (native/psb_landlock.h): nothing it starts can reach
      * us, the keepers or the server, whatever capabilities the policy leaves it. No
      * domain: as before (the server and keepers are undumpable). */
+    /* Fail closed on any error, as the one-shot launch does: the kind was asked for because
+     * the kernel has it (pysandbox/backends/landlock.py). */
     long r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
-    if (r < 0 && r != -38 /* ENOSYS */ && r != -95 /* EOPNOTSUPP */) {
+    if (r < 0) {
         rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_LANDLOCK;
         sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
         for (;;)
