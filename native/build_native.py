@@ -47,14 +47,14 @@ size_t psb_session_blob(const unsigned char **data);
 """
 
 
-def header_constants(header: str) -> str:
+def header_constants(header: str, enums=("psb_op_kind", "psb_stage")) -> str:
     """The cdef lines of psb.h's enums and PSB_F_/PSB_PROBE_ flags, read from the header
     itself so the op enum and the flags exist in one copy (values via "= ...")."""
     import re
     with open(header) as f:
         text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
     out = []
-    for enum in ("psb_op_kind", "psb_stage"):
+    for enum in enums:
         body = re.search(r"enum %s \{(.*?)\};" % enum, text, re.S).group(1)
         names = re.findall(r"\b(PSB_[A-Z0-9_]+)", body)
         out.append("enum %s { %s };" % (enum, ", ".join(f"{n} = ..." for n in names)))
@@ -62,7 +62,8 @@ def header_constants(header: str) -> str:
     return "\n".join(out)
 
 
-CDEF = CDEF.replace("{GENERATED}", header_constants(os.path.join("native", "psb.h")))
+CDEF = CDEF.replace("{GENERATED}", header_constants(os.path.join("native", "psb.h")) + "\n" +
+                   header_constants(os.path.join("native", "psb_tail.h"), ("psb_tail_step",)))
 
 INIT_SRC = os.path.join("native", "psb_init.c")
 INIT_BLOB = os.path.join("native", "_psb_init_blob.h")
@@ -147,12 +148,14 @@ ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
     "pysandbox._native",
-    '#include "psb.h"\n' + BWRAP_INIT_ACCESSOR + SESSION_ACCESSOR,
+    '#include "psb.h"\n#define PSB_LIBC\n#include <sys/stat.h>\n#include "psb_tail.h"\n' + BWRAP_INIT_ACCESSOR
+    + SESSION_ACCESSOR,
     sources=[f"native/{name}.c" for name in SOURCES],
     include_dirs=["native"],
     depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
              "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h",
-             "native/psb_pid1.h", "native/psb_monitor.h", "native/psb_session.c", "native/_psb_session_blob.h"],
+             "native/psb_pid1.h", "native/psb_monitor.h", "native/psb_session.c", "native/_psb_session_blob.h",
+             "native/psb_tail.h", "native/psb_sys.h", "native/psb_landlock.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
 )
 

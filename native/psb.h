@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 6
+#define PSB_ABI_VERSION 7
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -61,7 +61,7 @@ enum psb_op_kind {
                                  (an overlay layer, checked before the kernel resolves it) */
     PSB_OP_LANDLOCK,          /* n=kind (PSB_LANDLOCK_FS/SIGNAL, native/psb_landlock.h); the
                                  command's process only (after INIT): enter a Landlock
-                                 domain of its own (see psb_op_landlock); the exec'd init is
+                                 domain of its own (native/psb_tail.h); the exec'd init is
                                  then made dumpable, since nothing in the domain can reach it */
     PSB_OP_RLIMIT,            /* the command's process only (after INIT): n=resource m=soft
                                  mode=hard (-1: unlimited), recorded here and set right
@@ -71,7 +71,7 @@ enum psb_op_kind {
     PSB_OP_LISTEN,            /* n=port: network proxy mode (after LOOPBACK): listen on
                                  127.0.0.1:n (and [::1]:n where the namespace has IPv6),
                                  send the listener(s) over the launch's proxy_fd (SCM_RIGHTS)
-                                 and close them and proxy_fd (psb_listen_send) */
+                                 and close them and proxy_fd (native/psb_tail.h psb_tail_listen) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */

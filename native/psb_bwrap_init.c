@@ -37,7 +37,7 @@
  *                 network namespace, whose lo bwrap brought up; before the command
  *                 exists) listen on 127.0.0.1:PORT and [::1]:PORT (unless the namespace
  *                 has no IPv6), send the listener(s) over unix socket FD (SCM_RIGHTS)
- *                 and close them and FD, as native/psb_util.c psb_listen_send
+ *                 and close them and FD (native/psb_tail.h psb_tail_listen)
  *   -w FD         wait for one byte on FD before anything of the command exists, then
  *                 close FD: the launcher writes it once its lifetime monitor of this
  *                 as_pid_1 sandbox holds our pidfd (pysandbox/backends/monitor.py); EOF
@@ -54,47 +54,48 @@
  * exec'd. The init reaps orphans, forwards SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1
  * SIGUSR2 to the command, and reports on the status pipe, 4-byte little-endian words:
  *   STARTED                   the command was exec'd
- *   FAILED, WHAT, DETAIL      setup failed (the command never ran): WHAT below,
- *                             DETAIL an errno or an option index
+ *   FAILED, STEP, ERRNO, K    setup failed (the command never ran): STEP an enum
+ *                             psb_tail_step (native/psb_tail.h), ERRNO, K which of the
+ *                             step's options (the K-th -s, -R or -r; else 0)
  *   STATUS                    the command's raw wait status (after STARTED), then
  *                             the init exits with the command's code (128+N). */
 
 #if defined(__x86_64__)
 #include "psb_pid1.h"
-#include "psb_landlock.h"
+#include "psb_tail.h"
 PSB_START(psb_binit_main);
 
-#define NR_READ 0
-#define NR_WRITE 1
-#define NR_CLOSE 3
-#define NR_POLL 7
-#define NR_RT_SIGPROCMASK 14
-#define NR_FORK 57
-#define NR_EXECVE 59
-#define NR_EXIT 60
-#define NR_WAIT4 61
-#define NR_FCNTL 72
-#define NR_CAPGET 125
-#define NR_CAPSET 126
-#define NR_PRCTL 157
-#define NR_MOUNT 165
-#define NR_EXIT_GROUP 231
-#define NR_NEWFSTATAT 262
-#define NR_STATFS 137
-#define NR_PIPE2 293
-#define NR_UNSHARE 272
-#define NR_IOCTL 16
-#define NR_DUP2 33
-#define NR_GETPID 39
-#define NR_SENDMSG 46
-#define NR_SETSID 112
-#define NR_GETSID 124
-#define NR_OPENAT 257
-#define NR_PRLIMIT64 302
-#define NR_SOCKET 41
-#define NR_BIND 49
-#define NR_LISTEN 50
-#define NR_SETSOCKOPT 54
+#define NR_READ __NR_read
+#define NR_WRITE __NR_write
+#define NR_CLOSE __NR_close
+#define NR_POLL __NR_poll
+#define NR_RT_SIGPROCMASK __NR_rt_sigprocmask
+#define NR_FORK __NR_fork
+#define NR_EXECVE __NR_execve
+#define NR_EXIT __NR_exit
+#define NR_WAIT4 __NR_wait4
+#define NR_FCNTL __NR_fcntl
+#define NR_CAPGET __NR_capget
+#define NR_CAPSET __NR_capset
+#define NR_PRCTL __NR_prctl
+#define NR_MOUNT __NR_mount
+#define NR_EXIT_GROUP __NR_exit_group
+#define NR_NEWFSTATAT __NR_newfstatat
+#define NR_STATFS __NR_statfs
+#define NR_PIPE2 __NR_pipe2
+#define NR_UNSHARE __NR_unshare
+#define NR_IOCTL __NR_ioctl
+#define NR_DUP2 __NR_dup2
+#define NR_GETPID __NR_getpid
+#define NR_SENDMSG __NR_sendmsg
+#define NR_SETSID __NR_setsid
+#define NR_GETSID __NR_getsid
+#define NR_OPENAT __NR_openat
+#define NR_PRLIMIT64 __NR_prlimit64
+#define NR_SOCKET __NR_socket
+#define NR_BIND __NR_bind
+#define NR_LISTEN __NR_listen
+#define NR_SETSOCKOPT __NR_setsockopt
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -108,14 +109,6 @@ PSB_START(psb_binit_main);
 #define SIGTERM 15
 #define SIGCHLD 17
 #define SIGIO 29
-#define PR_SET_PDEATHSIG 1
-#define PR_SET_DUMPABLE 4
-#define PR_SET_SECCOMP 22
-#define PR_CAPBSET_DROP 24
-#define PR_CAP_AMBIENT 47
-#define PR_CAP_AMBIENT_RAISE 2
-#define PR_CAP_AMBIENT_CLEAR_ALL 4
-#define SECCOMP_MODE_FILTER 2
 #define MS_RDONLY 1
 #define MS_NOSUID 2
 #define MS_NODEV 4
@@ -144,30 +137,7 @@ PSB_START(psb_binit_main);
 
 #define W_STARTED 0x50534201
 #define W_FAILED 0x50534202
-/* WHAT of a failure */
-#define F_USAGE 1
-#define F_MOUNT_PRIVATE 2
-#define F_MOUNT_READONLY 3
-#define F_BIND_CHANGED 4
-#define F_CAPS 5
-#define F_SECCOMP 6
-#define F_EXEC 7
-#define F_FORK 8
-#define F_LIFELINE 9
-#define F_LANDLOCK 10
-#define F_PTY 11
-#define F_RLIMIT 12
 #define MAX_RLIMITS 8
-#define F_PROXY 13
-#define O_RDWR 2
-#define O_NOCTTY 0400
-#define TIOCSCTTY 0x540E
-#define TIOCSWINSZ 0x5414
-#define TIOCSPTLCK 0x40045431
-#define TIOCGPTPEER 0x5441
-#define SOL_SOCKET 1
-#define SCM_RIGHTS 1
-#define MSG_NOSIGNAL 0x4000
 
 struct kstat {   /* x86_64 struct stat */
     unsigned long st_dev, st_ino, st_nlink;
@@ -177,9 +147,6 @@ struct kstat {   /* x86_64 struct stat */
     unsigned long times[6];
     long unused[3];
 };
-struct cap_header { unsigned int version; int pid; };
-struct cap_data { unsigned int effective, permitted, inheritable; };
-struct sock_fprog { unsigned short len; void *filter; };
 struct pollfd { int fd; short events, revents; };
 
 #define MAX_FILTERS 32
@@ -213,129 +180,36 @@ static long parse_hex(const char *s)
     return (long)v;
 }
 
-struct iovec { void *base; unsigned long len; };
-struct msghdr {
-    void *name; int namelen; struct iovec *iov; unsigned long iovlen;
-    void *control; unsigned long controllen; int flags;
-};
-struct cmsg_fd { unsigned long len; int level, type; int fd; int pad; };   /* CMSG_SPACE(sizeof(int)) */
-
-/* Runs in the command's process (no capabilities, before its seccomp filters): the
- * sandbox's own terminal, as native/psb_child.c psb_open_pty does (the master from
- * the sandbox's devpts, the slave through TIOCGPTPEER, the master sent to the
- * launcher and closed here). Returns 0 or -errno. */
-static long open_pty(long sock, long mask, long ws)
-{
-    long master = sys6(NR_OPENAT, AT_FDCWD, (long)"/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC, 0, 0, 0);
-    if (master < 0)
-        return master;
-    int unlock = 0;
-    long r = sys6(NR_IOCTL, master, TIOCSPTLCK, (long)&unlock, 0, 0, 0);
-    long slave = r < 0 ? r : sys6(NR_IOCTL, master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC, 0, 0, 0);
-    if (slave < 0) {
-        sys6(NR_CLOSE, master, 0, 0, 0, 0, 0);
-        return slave;
-    }
-    unsigned short size[4] = { (unsigned short)(ws >> 16), (unsigned short)(ws & 0xffff), 0, 0 };
-    r = ws ? sys6(NR_IOCTL, slave, TIOCSWINSZ, (long)size, 0, 0, 0) : 0;
-    if (r == 0) {
-        r = sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
-        if (r == -EPERM && sys6(NR_GETSID, 0, 0, 0, 0, 0, 0) == sys6(NR_GETPID, 0, 0, 0, 0, 0, 0))
-            r = 0;   /* exec mode: we already lead the session bwrap made */
-    }
-    if (r >= 0)
-        r = sys6(NR_IOCTL, slave, TIOCSCTTY, 0, 0, 0, 0);
-    if (r >= 0) {
-        char byte = 'T';
-        struct iovec iov = { &byte, 1 };
-        struct cmsg_fd cm = { 20 /* CMSG_LEN(sizeof(int)) */, SOL_SOCKET, SCM_RIGHTS, (int)master, 0 };
-        struct msghdr msg = { 0, 0, &iov, 1, &cm, 24, 0 };
-        do
-            r = sys6(NR_SENDMSG, sock, (long)&msg, MSG_NOSIGNAL, 0, 0, 0);
-        while (r == -4 /* EINTR */);
-        if (r == 0)
-            r = -EINVAL;
-    }
-    sys6(NR_CLOSE, master, 0, 0, 0, 0, 0);
-    sys6(NR_CLOSE, sock, 0, 0, 0, 0, 0);
-    for (long fd = 0; r >= 0 && fd < 3; fd++)
-        if (mask & (1L << fd))
-            r = sys6(NR_DUP2, slave, fd, 0, 0, 0, 0);
-    sys6(NR_CLOSE, slave, 0, 0, 0, 0, 0);
-    return r < 0 ? r : 0;
-}
-
-struct cmsg_fds { unsigned long len; int level, type; int fd[2]; };   /* CMSG_SPACE(2 * sizeof(int)) */
-
-/* Runs in the init (inside the sandbox's network namespace, lo up, before the fork of
- * the command): the proxy's listener(s), as native/psb_util.c psb_listen_send. Returns
- * 0 or -errno; the listeners and sock are closed either way. */
-static long listen_send(long sock, long port)
-{
-    long fds[2] = { -1, -1 }, r;
-    int n = 0;
-    unsigned short nport = (unsigned short)(((port & 0xff) << 8) | ((port >> 8) & 0xff));
-    struct { unsigned short family, port; unsigned int addr; unsigned char zero[8]; } a4 =
-        { 2 /* AF_INET */, nport, 0x0100007f /* 127.0.0.1 */, { 0 } };
-    struct { unsigned short family, port; unsigned int flow; unsigned char addr[16]; unsigned int scope; } a6 =
-        { 10 /* AF_INET6 */, nport, 0, { 0 }, 0 };
-    a6.addr[15] = 1;   /* ::1 */
-    r = fds[0] = sys6(NR_SOCKET, 2, 1 | O_CLOEXEC /* SOCK_STREAM */, 0, 0, 0, 0);
-    if (r >= 0)
-        r = sys6(NR_BIND, fds[0], (long)&a4, sizeof a4, 0, 0, 0);
-    if (r >= 0)
-        r = sys6(NR_LISTEN, fds[0], 4096, 0, 0, 0, 0);
-    if (r >= 0) {
-        n = 1;
-        fds[1] = sys6(NR_SOCKET, 10, 1 | O_CLOEXEC, 0, 0, 0, 0);
-        if (fds[1] >= 0) {
-            int one = 1;
-            r = sys6(NR_SETSOCKOPT, fds[1], 41 /* IPPROTO_IPV6 */, 26 /* IPV6_V6ONLY */, (long)&one, sizeof one, 0);
-            if (r >= 0)
-                r = sys6(NR_BIND, fds[1], (long)&a6, sizeof a6, 0, 0, 0);
-            if (r >= 0)
-                r = sys6(NR_LISTEN, fds[1], 4096, 0, 0, 0, 0);
-            if (r >= 0)
-                n = 2;
-            else if (r == -99 /* EADDRNOTAVAIL: no IPv6 here */)
-                r = 0;
-        } else if (fds[1] != -97 /* EAFNOSUPPORT */) {
-            r = fds[1];
-        }
-    }
-    if (r >= 0) {
-        char byte = 'L';
-        struct iovec iov = { &byte, 1 };
-        struct cmsg_fds cm = { 16 + 4 * (unsigned long)n /* CMSG_LEN */, SOL_SOCKET, SCM_RIGHTS,
-                               { (int)fds[0], (int)fds[1] } };
-        struct msghdr msg = { 0, 0, &iov, 1, &cm, 24, 0 };
-        do
-            r = sys6(NR_SENDMSG, sock, (long)&msg, MSG_NOSIGNAL, 0, 0, 0);
-        while (r == -4 /* EINTR */);
-        if (r == 0)
-            r = -EINVAL;
-    }
-    for (int k = 0; k < 2; k++)
-        if (fds[k] >= 0)
-            sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
-    sys6(NR_CLOSE, sock, 0, 0, 0, 0, 0);
-    return r < 0 ? r : 0;
-}
-
 static long status_fd = -1;
 static unsigned long rlimits[MAX_RLIMITS][3];
 static int nrlimits;
 
-/* Runs in the command's process: the sandbox's rlimits. Returns 0 or -errno. */
-static long set_rlimits(void)
+/* Runs in the command's process: the sandbox's rlimits, then its seccomp filters
+ * (native/psb_tail.h). Returns 0, or the failed step (its errno in *err, which of its
+ * options in *k). */
+static unsigned int limit_and_filter(int nfilters, long *err, long *k)
 {
-    for (int k = 0; k < nrlimits; k++) {
-        unsigned long lim[2] = { rlimits[k][1], rlimits[k][2] };
-        long r = sys6(NR_PRLIMIT64, 0, (long)rlimits[k][0], (long)lim, 0, 0, 0);
-        if (r < 0)
-            return r;
-    }
+    for (*k = 0; *k < nrlimits; (*k)++)
+        if ((*err = -psb_tail_rlimit((long)rlimits[*k][0], rlimits[*k][1], rlimits[*k][2])) > 0)
+            return PSB_TAIL_RLIMIT;
+    for (*k = 0; *k < nfilters; (*k)++)
+        if ((*err = -psb_tail_seccomp(filters[*k], filter_len[*k])) > 0)
+            return PSB_TAIL_SECCOMP;
+    *k = 0;
     return 0;
+}
+
+/* Runs in the command's process: the sandbox's terminal (native/psb_tail.h); the slave
+ * becomes descriptor n for each bit 1 << n of mask. Returns 0 or -errno. */
+static long pty_to_stdio(long sock, long mask, long ws)
+{
+    long slave = psb_tail_pty(sock, (unsigned long)ws), r = slave;
+    for (long fd = 0; r >= 0 && fd < 3; fd++)
+        if (mask & (1L << fd))
+            r = sys6(NR_DUP2, slave, fd, 0, 0, 0, 0);
+    if (slave >= 0)
+        sys6(NR_CLOSE, slave, 0, 0, 0, 0, 0);
+    return r < 0 ? r : 0;
 }
 
 static void put(unsigned int word)
@@ -343,9 +217,10 @@ static void put(unsigned int word)
     sys6(NR_WRITE, status_fd, (long)&word, sizeof word, 0, 0, 0);
 }
 
-static void __attribute__((noreturn)) fail(unsigned int what, long detail)
+/* The failure record: step, errno, which of the step's options. */
+static void __attribute__((noreturn)) fail(unsigned int step, long err, long k)
 {
-    unsigned int words[3] = { W_FAILED, what, (unsigned int)detail };
+    unsigned int words[4] = { W_FAILED, step, (unsigned int)err, (unsigned int)k };
     sys6(NR_WRITE, status_fd, (long)words, sizeof words, 0, 0, 0);
     quit(126);
 }
@@ -397,35 +272,41 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     long landlock = 0;
     long pty_sock = -1, pty_mask = 0, pty_ws = 0;
     long gate = -1;
+    long nro = 0, nbind = 0;
     for (; i < argc && !streq(argv[i], "--"); i++) {
         const char *o = argv[i];
         if (streq(o, "-N")) {
             long r = sys6(NR_UNSHARE, CLONE_NEWNS, 0, 0, 0, 0, 0);
             if (r < 0)
-                fail(F_MOUNT_PRIVATE, -r);
+                fail(PSB_TAIL_MOUNT_PRIVATE, -r, 0);
         } else if (streq(o, "-P")) {
             long r = sys6(NR_MOUNT, 0, (long)"/", 0, MS_REC | MS_PRIVATE, 0, 0);
             if (r < 0)
-                fail(F_MOUNT_PRIVATE, -r);
+                fail(PSB_TAIL_MOUNT_PRIVATE, -r, 0);
         } else if (streq(o, "-r") && i + 1 < argc) {
             const char *p = argv[++i];
             struct kstat st;
             long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
-            if (r == -ENOENT)
+            if (r == -ENOENT) {
+                nro++;
                 continue;
+            }
             /* Already read-only (bwrap 0.8 covers sys, sysrq-trigger, irq and bus itself
              * where its setup could write them): one mount, as the native backend. struct
              * statfs on x86_64: f_flags is the eleventh long; ST_RDONLY is 1. */
             long sfs[15];
-            if (r == 0 && sys6(NR_STATFS, (long)p, (long)sfs, 0, 0, 0, 0) == 0 && (sfs[10] & 1))
+            if (r == 0 && sys6(NR_STATFS, (long)p, (long)sfs, 0, 0, 0, 0) == 0 && (sfs[10] & 1)) {
+                nro++;
                 continue;
+            }
             if (r == 0)
                 r = sys6(NR_MOUNT, (long)p, (long)p, 0, MS_BIND | MS_REC, 0, 0);
             if (r == 0)
                 r = sys6(NR_MOUNT, 0, (long)p, 0, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                          0, 0);
             if (r < 0)
-                fail(F_MOUNT_READONLY, i);
+                fail(PSB_TAIL_PROC_READONLY, -r, nro);
+            nro++;
         } else if (streq(o, "-b") && i + 3 < argc) {
             const char *p = argv[i + 1];
             long dev = parse(argv[i + 2]), ino = parse(argv[i + 3]);
@@ -435,18 +316,19 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
              * out; the command, with this uid and no capabilities, cannot reach the bind
              * either, so whatever is bound there is out of its reach too. */
             if (r != -EACCES && (r < 0 || (long)st.st_dev != dev || (long)st.st_ino != ino))
-                fail(F_BIND_CHANGED, i);
+                fail(PSB_TAIL_BIND_CHANGED, r < 0 ? -r : 40 /* ELOOP */, nbind);
+            nbind++;
             i += 3;
         } else if (streq(o, "-s") && i + 1 < argc) {
             if (nfilters >= MAX_FILTERS)
-                fail(F_SECCOMP, i);
+                fail(PSB_TAIL_SECCOMP, 7 /* E2BIG */, nfilters);
             long fd = parse(argv[++i]);
             long got = 0, r;
             while (got <= FILTER_BYTES &&
                    (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
                 got += r;
             if (fd < 0 || got <= 0 || got % 8 != 0 || got > FILTER_BYTES)
-                fail(F_SECCOMP, i);
+                fail(PSB_TAIL_SECCOMP, EINVAL, nfilters);
             sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
             filter_len[nfilters++] = (unsigned short)(got / 8);
         } else if (streq(o, "-t") && i + 3 < argc) {
@@ -454,13 +336,13 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             pty_mask = parse(argv[i + 2]);
             pty_ws = parse(argv[i + 3]);
             if (pty_sock < 3 || pty_mask < 0 || pty_ws < 0)
-                fail(F_USAGE, i);
+                fail(PSB_TAIL_USAGE, EINVAL, i);
             sys6(NR_FCNTL, pty_sock, F_SETFD, FD_CLOEXEC, 0, 0, 0);
             i += 3;
         } else if (streq(o, "-R") && i + 3 < argc) {
             long res = parse(argv[i + 1]), soft = parse(argv[i + 2]), hard = parse(argv[i + 3]);
             if (nrlimits >= MAX_RLIMITS || res < 0 || soft < 0 || hard < 0)
-                fail(F_USAGE, i);
+                fail(PSB_TAIL_USAGE, EINVAL, i);
             rlimits[nrlimits][0] = (unsigned long)res;
             rlimits[nrlimits][1] = (unsigned long)soft;
             rlimits[nrlimits][2] = (unsigned long)hard;
@@ -468,112 +350,68 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
             i += 3;
         } else if (streq(o, "-p") && i + 2 < argc) {
             long sock = parse(argv[i + 1]), port = parse(argv[i + 2]);
-            if (sock < 3 || port <= 0 || port > 65535)
-                fail(F_USAGE, i);
-            long e = listen_send(sock, port);
+            if (sock < 3 || port < 0)   /* a port out of range is the tail's EINVAL */
+                fail(PSB_TAIL_USAGE, EINVAL, i);
+            long e = psb_tail_listen(sock, port);
             if (e < 0)
-                fail(F_PROXY, -e);
+                fail(PSB_TAIL_LISTEN, -e, 0);
             i += 2;
         } else if (streq(o, "-w") && i + 1 < argc) {
             gate = parse(argv[++i]);
             if (gate < 3)
-                fail(F_USAGE, i);
+                fail(PSB_TAIL_USAGE, EINVAL, i);
             sys6(NR_FCNTL, gate, F_SETFD, FD_CLOEXEC, 0, 0, 0);
         } else if (streq(o, "-x")) {
             exec_mode = 1;
         } else if (streq(o, "-n")) {
             no_raise = 1;
         } else if (streq(o, "-L") && i + 1 < argc) {
-            landlock = parse(argv[++i]);
-            if (landlock != PSB_LANDLOCK_FS && landlock != PSB_LANDLOCK_SIGNAL)
-                fail(F_USAGE, i);
+            landlock = parse(argv[++i]);   /* a kind psb_landlock_self does not know: its EINVAL */
+            if (landlock <= 0)
+                fail(PSB_TAIL_USAGE, EINVAL, i);
         } else if (streq(o, "-c") && i + 1 < argc) {
             capmask = parse_hex(argv[++i]);
             if (capmask < 0)
-                fail(F_USAGE, i);
+                fail(PSB_TAIL_USAGE, EINVAL, i);
         } else {
-            fail(F_USAGE, i);
+            fail(PSB_TAIL_USAGE, EINVAL, i);
         }
     }
     if (i + 2 >= argc)
-        fail(F_USAGE, i);
+        fail(PSB_TAIL_USAGE, EINVAL, i);
     char *exe = argv[i + 1];
     char **cargv = argv + i + 2;
 
     if (capmask >= 0) {
-        /* The bounding set first (needs CAP_SETPCAP), then every other set. */
-        for (long cap = 0; cap < 64; cap++) {
-            if (capmask & (1L << cap))
-                continue;
-            long r = sys6(NR_PRCTL, PR_CAPBSET_DROP, cap, 0, 0, 0, 0);
-            if (r == -EINVAL)
-                break;   /* past the last capability */
-            if (r < 0)
-                fail(F_CAPS, -r);
-        }
-        if (sys6(NR_PRCTL, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0) < 0)
-            fail(F_CAPS, 0);
-        struct cap_header h = { 0x20080522, 0 };
-        struct cap_data d[2];
-        for (int k = 0; k < 2; k++) {
-            unsigned int m = (unsigned int)((unsigned long)capmask >> (32 * k));
-            d[k].effective = d[k].permitted = m;
-            d[k].inheritable = no_raise ? 0 : m;
-        }
-        long r = sys6(NR_CAPSET, (long)&h, (long)d, 0, 0, 0, 0);
-        if (r < 0)
-            fail(F_CAPS, -r);
-        for (long cap = 0; cap < 64 && !no_raise; cap++)
-            if (capmask & (1L << cap))
-                sys6(NR_PRCTL, PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0, 0);
-        struct cap_data back[2];
-        struct cap_header h2 = { 0x20080522, 0 };
-        if (sys6(NR_CAPGET, (long)&h2, (long)back, 0, 0, 0, 0) < 0)
-            fail(F_CAPS, 0);
-        for (int k = 0; k < 2; k++)
-            if (back[k].effective != d[k].effective || back[k].permitted != d[k].permitted)
-                fail(F_CAPS, EPERM);
+        long e = psb_tail_caps((unsigned long)capmask, 63, no_raise, 0);
+        if (e < 0)
+            fail(PSB_TAIL_CAPS, -e, 0);
     }
+    if (gate >= 0 && psb_tail_gate(gate) < 0)
+        quit(125);
 
-    if (gate >= 0) {
-        char go = 0;
-        long r;
-        while ((r = sys6(NR_READ, gate, (long)&go, 1, 0, 0, 0)) == -4 /* EINTR */)
-            ;
-        if (r != 1)
-            quit(125);
-        sys6(NR_CLOSE, gate, 0, 0, 0, 0, 0);
-    }
-
+    long err = 0, k = 0;
+    unsigned int step;
     if (exec_mode) {
-        if (pty_sock >= 0) {
-            long e = open_pty(pty_sock, pty_mask, pty_ws);
-            if (e < 0)
-                fail(F_PTY, -e);
-        }
-        long lr = set_rlimits();
-        if (lr < 0)
-            fail(F_RLIMIT, -lr);
+        if (pty_sock >= 0 && (err = -pty_to_stdio(pty_sock, pty_mask, pty_ws)) > 0)
+            fail(PSB_TAIL_PTY, err, 0);
+        /* The signal mask as the command's; a SIGIO already pending (the launcher went)
+         * ends us here, before anything of the command runs. */
         sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
-        for (int k = 0; k < nfilters; k++) {
-            struct sock_fprog prog = { filter_len[k], filters[k] };
-            long e = sys6(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog, 0, 0, 0);
-            if (e < 0)
-                fail(F_SECCOMP, -e);
-        }
+        if ((step = limit_and_filter(nfilters, &err, &k)) != 0)
+            fail(step, err, k);
         /* No SIGIO for the command once it is us (bwrap keeps a copy of the pipe's write
          * end; the launcher may close its reader first); one already pending is
          * delivered at the exec's unblock above: the launcher went before the exec. */
         sys6(NR_FCNTL, status_fd, F_SETFL, fl, 0, 0, 0);
         put(W_STARTED);   /* the status pipe is close-on-exec: the command never holds it */
-        long e = sys6(NR_EXECVE, (long)exe, (long)cargv, (long)envp, 0, 0, 0);
-        fail(F_EXEC, -e);
+        fail(PSB_TAIL_EXEC, -psb_tail_exec(exe, 1, 0, cargv, envp), 0);
     }
 
     int epipe[2];
     long r = sys6(NR_PIPE2, (long)epipe, O_CLOEXEC, 0, 0, 0, 0);
     if (r < 0)
-        fail(F_FORK, -r);
+        fail(PSB_TAIL_FORK, -r, 0);
     /* Dumpable before the command's process exists, so its owner never finds us not yet
      * dumpable once the command runs; until the command's exec, after its Landlock
      * domain, only our code runs in the sandbox: from then on nothing of it can reach us. */
@@ -581,56 +419,44 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
         sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     long cmd = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (cmd < 0)
-        fail(F_FORK, -cmd);
+        fail(PSB_TAIL_FORK, -cmd, 0);
     if (cmd == 0) {
         /* The command: nothing of the init's reaches it (status pipe closed). */
         sys6(NR_CLOSE, status_fd, 0, 0, 0, 0, 0);
         sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
-        sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
-        long err = 0;
-        if (pty_sock >= 0) {
-            long e = open_pty(pty_sock, pty_mask, pty_ws);
-            if (e < 0)
-                err = (F_PTY << 16) | (-e & 0xffff);
+        /* The tail, in this order: terminal, Landlock, rlimits, seccomp, exec. Signals
+         * stay blocked through the terminal: a pty whose master could not be handed over
+         * is hung up when we close the master, and its SIGHUP must not kill us before
+         * the failure is reported (it stays pending; we exit). */
+        step = 0;
+        if (pty_sock >= 0 && (err = -pty_to_stdio(pty_sock, pty_mask, pty_ws)) > 0)
+            step = PSB_TAIL_PTY;
+        if (!step && landlock && (err = -psb_landlock_self(landlock)) > 0)
+            step = PSB_TAIL_LANDLOCK;
+        if (!step)
+            sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
+        if (!step)
+            step = limit_and_filter(nfilters, &err, &k);
+        if (!step) {
+            err = -psb_tail_exec(exe, 1, 0, cargv, envp);
+            step = PSB_TAIL_EXEC;
         }
-        if (landlock && err == 0) {
-            long e = psb_landlock_self(landlock);
-            if (e < 0)
-                err = (F_LANDLOCK << 16) | (-e & 0xffff);
-        }
-        if (err == 0) {
-            long e = set_rlimits();
-            if (e < 0)
-                err = (F_RLIMIT << 16) | (-e & 0xffff);
-        }
-        for (int k = 0; k < nfilters && err == 0; k++) {
-            struct sock_fprog prog = { filter_len[k], filters[k] };
-            long e = sys6(NR_PRCTL, PR_SET_SECCOMP, SECCOMP_MODE_FILTER, (long)&prog, 0, 0, 0);
-            if (e < 0)
-                err = (F_SECCOMP << 16) | (-e & 0xffff);
-        }
-        if (err == 0) {
-            long e = sys6(NR_EXECVE, (long)exe, (long)cargv, (long)envp, 0, 0, 0);
-            err = (F_EXEC << 16) | (-e & 0xffff);
-        }
-        unsigned int w = (unsigned int)err;
-        sys6(NR_WRITE, epipe[1], (long)&w, sizeof w, 0, 0, 0);
+        unsigned int rec[3] = { step, (unsigned int)err, (unsigned int)k };
+        sys6(NR_WRITE, epipe[1], (long)rec, sizeof rec, 0, 0, 0);
         for (;;)
             sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
     }
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
     if (pty_sock >= 0)
         sys6(NR_CLOSE, pty_sock, 0, 0, 0, 0, 0);   /* the init never sends on it */
-    unsigned int err = 0;
-    long got = 0;
-    while ((r = sys6(NR_READ, epipe[0], (long)&err, sizeof err, 0, 0, 0)) == -4 /* EINTR */)
+    unsigned int rec[3];
+    while ((r = sys6(NR_READ, epipe[0], (long)rec, sizeof rec, 0, 0, 0)) == -4 /* EINTR */)
         ;
-    got = r;
     sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
-    if (got == sizeof err) {
+    if (r == sizeof rec) {
         int st;
         sys6(NR_WAIT4, cmd, (long)&st, 0, 0, 0, 0);
-        fail(err >> 16, err & 0xffff);
+        fail(rec[0], rec[1], rec[2]);
     }
     put(W_STARTED);
 

@@ -5,9 +5,18 @@
 #include "psb_internal.h"
 #define PSB_PID1_LIBC
 #include "psb_pid1.h"
-#ifndef TIOCGPTPEER
-#define TIOCGPTPEER _IO('T', 0x41)   /* Linux 4.13 */
-#endif
+#define PSB_LIBC
+#include "psb_tail.h"
+
+/* A tail step's result (0 or -errno, native/psb_tail.h) as the op loop's: 0, or -1
+ * with errno set. */
+static int tail(long r)
+{
+    if (r >= 0)
+        return 0;
+    errno = (int)-r;
+    return -1;
+}
 
 /* Runs in the sandbox's pid-1 process, no capabilities, after the fork of the
  * command (fork mode): the shared pid-1 loop (psb_pid1.h) reaps orphans, forwards
@@ -25,52 +34,6 @@ static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
     psb_pid1_loop(cmd, status_fd, fwd_signals, 0);
 }
 
-/* Runs in the command's process right before psb_exec, after every op (no
- * capabilities, seccomp loaded, inside the new root): the sandbox's own terminal.
- * The master comes from the devpts instance of the sandbox's minimal /dev (Python
- * checked nothing covers it), the slave from the master itself (TIOCGPTPEER: no
- * lookup of /dev/pts/N a process could race). The master leaves over the launch's
- * socket and is closed here: the command never holds it. Then a session of our own
- * (the init made session 1 for the whole sandbox; with no init we may already lead
- * one) with the slave as controlling terminal, so job control works. Returns the
- * slave, or -1 with errno set. */
-static int psb_open_pty(const struct psb_launch *l)
-{
-    int master = open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
-    if (master < 0)
-        return -1;
-    int unlock = 0, slave = -1;
-    if (ioctl(master, TIOCSPTLCK, &unlock) != 0)
-        goto fail;
-    slave = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
-    if (slave < 0)
-        goto fail;
-    if (l->pty_winsize) {
-        struct winsize ws;
-        memset(&ws, 0, sizeof ws);
-        ws.ws_row = (unsigned short)(l->pty_winsize >> 16);
-        ws.ws_col = (unsigned short)(l->pty_winsize & 0xffff);
-        if (ioctl(slave, TIOCSWINSZ, &ws) != 0)
-            goto fail;
-    }
-    if (setsid() < 0 && !(errno == EPERM && getsid(0) == getpid()))
-        goto fail;
-    if (ioctl(slave, TIOCSCTTY, 0) != 0)
-        goto fail;
-    if (psb_send_fds(l->pty_fd, 'T', &master, 1) != 0)
-        goto fail;
-    close(master);
-    close(l->pty_fd);
-    return slave;
-fail:;
-    int err = errno;
-    close(master);
-    if (slave >= 0)
-        close(slave);
-    errno = err;
-    return -1;
-}
-
 /* Runs in the command's process, after the last op: stdio, descriptors, signal
  * state, exec. Only returns by failing. */
 static void psb_exec(struct psb_child *c)
@@ -79,9 +42,12 @@ static void psb_exec(struct psb_child *c)
     int tmp[3];
     int slave = -1;
     if (l->pty_fd >= 0) {
-        slave = psb_open_pty(l);
-        if (slave < 0)
-            psb_fail(c, PSB_STAGE_PTY, -1, errno);
+        /* The sandbox's terminal (native/psb_tail.h), after every op: no capabilities,
+         * seccomp loaded, inside the new root. */
+        long r = psb_tail_pty(l->pty_fd, l->pty_winsize);
+        if (r < 0)
+            psb_fail(c, PSB_STAGE_PTY, -1, (int)-r);
+        slave = (int)r;
     }
     /* Move the caller's stdio out of 0..2 first: a source may be another's target. */
     for (int i = 0; i < 3; i++) {
@@ -128,32 +94,12 @@ static void psb_exec(struct psb_child *c)
      * open and nothing of ours runs after them but execve. */
     for (int k = 0; k < c->nrlimits; k++) {
         const struct psb_op *op = &c->plan->ops[c->rlimit_op[k]];
-        struct rlimit rl = { (rlim_t)op->m, (rlim_t)op->mode };
-        if (setrlimit((int)op->n, &rl) != 0)
-            psb_fail(c, PSB_STAGE_OP, c->rlimit_op[k], errno);
+        long r = psb_tail_rlimit(op->n, (unsigned long)op->m, (unsigned long)op->mode);
+        if (r < 0)
+            psb_fail(c, PSB_STAGE_OP, c->rlimit_op[k], (int)-r);
     }
-    /* The candidates Python computed (pysandbox/execpath.py), tried in order. A name
-     * that was not searched has one candidate and reports its own error. */
-    const char *cand = l->cand;
-    if (!l->searched) {
-        execve(cand, c->argv, c->envp);
-        psb_fail(c, PSB_STAGE_EXEC, -1, errno);
-    }
-    int seen_eacces = 0;
-    for (int k = 0; k < l->ncand; k++, cand += strlen(cand) + 1) {
-        execve(cand, c->argv, c->envp);
-        if (errno == EACCES) {
-            /* Only a file that is there but not executable makes it EACCES (as
-             * a shell): an unreadable directory on PATH does not. */
-            struct stat st;
-            if (stat(cand, &st) == 0 && !S_ISDIR(st.st_mode))
-                seen_eacces = 1;
-        }
-        else if (errno != ENOENT && errno != ENOTDIR && errno != ESTALE && errno != ENODEV &&
-                 errno != ETIMEDOUT && errno != ENAMETOOLONG)
-            psb_fail(c, PSB_STAGE_EXEC, -1, errno);
-    }
-    psb_fail(c, PSB_STAGE_EXEC, -1, seen_eacces ? EACCES : ENOENT);
+    /* The candidates Python computed (pysandbox/execpath.py), tried in order. */
+    psb_fail(c, PSB_STAGE_EXEC, -1, (int)-psb_tail_exec(l->cand, l->ncand, l->searched, c->argv, c->envp));
 }
 
 /* Runs in the setup process (pid 1, sharing the caller's memory, no capabilities)
@@ -314,7 +260,7 @@ static void psb_child_main(struct psb_child *c, int start)
             r = psb_loopback_up();
             break;
         case PSB_OP_LISTEN:
-            r = psb_listen_send(c->launch->proxy_fd, (int)op->n);
+            r = tail(psb_tail_listen(c->launch->proxy_fd, op->n));
             break;
         case PSB_OP_HOSTNAME:
             r = sethostname(P(c, op->a), strlen(P(c, op->a)));
@@ -323,10 +269,11 @@ static void psb_child_main(struct psb_child *c, int start)
             r = psb_op_disable_userns(c, op);
             break;
         case PSB_OP_CAPS:
-            r = psb_op_caps(op);
+            r = tail(psb_tail_caps((unsigned long long)op->n, op->m, (op->flags & PSB_F_NO_RAISE) != 0,
+                                    (op->flags & PSB_F_NO_AMBIENT) != 0));
             break;
         case PSB_OP_NNP:
-            r = prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            r = tail(psb_tail_nnp());
             break;
         case PSB_OP_INIT: {
             if (plan->init_fd >= 0) {
@@ -365,13 +312,9 @@ static void psb_child_main(struct psb_child *c, int start)
             psb_init(cmd, c->status_fd, c->launch->fwd_signals);
             break;
         }
-        case PSB_OP_SECCOMP: {
-            struct sock_fprog prog;
-            prog.len = (unsigned short)(op->n / 8);
-            prog.filter = (struct sock_filter *)(uintptr_t)S(c, op->a);
-            r = prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0);
+        case PSB_OP_SECCOMP:
+            r = tail(psb_tail_seccomp(S(c, op->a), (unsigned long)op->n / 8));
             break;
-        }
         case PSB_OP_SETSID:
             r = setsid() < 0 ? -1 : 0;
             break;
@@ -412,7 +355,7 @@ static void psb_child_main(struct psb_child *c, int start)
             break;
         }
         case PSB_OP_LANDLOCK:
-            r = psb_op_landlock(op->n);
+            r = tail(psb_landlock_self(op->n));
             break;
         case PSB_OP_RLIMIT:
             if (c->nrlimits >= PSB_MAX_RLIMITS) {

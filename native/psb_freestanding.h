@@ -1,12 +1,12 @@
 /* Shared by the freestanding programs (native/psb_init.c, native/psb_bwrap_init.c,
  * native/psb_session.c): the process entry point, a raw six-argument system call, exit
- * and argument parsing, with no libc. Each program defines the other NR_* numbers it
- * uses. */
+ * and argument parsing, with no libc. System call numbers come from <asm/unistd.h>. */
 #ifndef PSB_FREESTANDING_H
 #define PSB_FREESTANDING_H
 
+#include <asm/unistd.h>
+
 #if defined(__x86_64__)
-#define PSB_NR_EXIT_GROUP 231
 /* _start: clear the frame pointer, hand the initial stack (argc, argv, envp) to MAIN. */
 #define PSB_START(MAIN) \
     __asm__(".text\n.global _start\n_start:\n\txor %rbp,%rbp\n\tmov %rsp,%rdi\n\tand $-16,%rsp\n" \
@@ -30,7 +30,7 @@ static long sys6(long n, long a, long b, long c, long d, long e, long f)
 static void __attribute__((noreturn, unused)) quit(int code)
 {
     for (;;)
-        sys6(PSB_NR_EXIT_GROUP, code, 0, 0, 0, 0, 0);
+        sys6(__NR_exit_group, code, 0, 0, 0, 0, 0);
 }
 
 /* A descriptor number given as an argument: non-negative decimal digits; -1 for

@@ -24,9 +24,9 @@ psb_pid1_loop (native/psb_pid1.h) reaps, forwards the signals of the mask to the
 #include "psb_monitor.h"
 PSB_START(psb_init_main);
 
-#define NR_EXIT_GROUP 231
-#define NR_PRCTL 157
-#define NR_CLOSE_RANGE 436
+#define NR_EXIT_GROUP __NR_exit_group
+#define NR_PRCTL __NR_prctl
+#define NR_CLOSE_RANGE __NR_close_range
 #else
 #error "psb_init: unsupported architecture"
 #endif

@@ -146,8 +146,6 @@ int psb_write_file_at(int dirfd, const char *path, const char *text);
 size_t psb_path_copy(char buf[PATH_MAX], const char *path);
 int psb_copy_fd(int from, int to);
 int psb_loopback_up(void);
-int psb_send_fds(int sock, char tag, const int *fds, int n);
-int psb_listen_send(int sock, int port);
 void psb_fmt_map(char *buf, unsigned int id);
 
 /* psb_mount.c */
@@ -174,8 +172,6 @@ int psb_op_wait_fd(struct psb_child *c, const struct psb_op *op, int i);
 void psb_wait_release(struct psb_child *c, int i);
 void psb_wait_gate(struct psb_child *c, int i);
 int psb_op_disable_userns(struct psb_child *c, const struct psb_op *op);
-int psb_op_caps(const struct psb_op *op);
-int psb_op_landlock(long kind);
 int psb_op_bind(struct psb_child *c, const struct psb_op *op);
 int psb_op_mount(struct psb_child *c, const struct psb_op *op);
 int psb_op_setattr(struct psb_child *c, const struct psb_op *op);

@@ -2,7 +2,7 @@
  * command next to an init of ours (the native executor, native/psb_landlock.c; the
  * bwrap backend's init, native/psb_bwrap_init.c; the session server's commands,
  * native/psb_session.c; pysandbox/backends/_bwrap_pyinit.py is the Python twin).
- * Define PSB_LANDLOCK_LIBC before including this with libc.
+ * Define PSB_LIBC before including this with libc (native/psb_sys.h).
  *
  * Why: Landlock refuses every ptrace access check (security/landlock/task.c) from a
  * process inside a domain to one outside it or in an unrelated domain, whatever the
@@ -31,25 +31,13 @@
 #ifndef PSB_LANDLOCK_H
 #define PSB_LANDLOCK_H
 
-#ifdef PSB_LANDLOCK_LIBC
-#include <errno.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-static long psb_ll_sys(long n, long a, long b, long c, long d)
-{
-    long r = syscall(n, a, b, c, d);   /* every argument given: syscall() is variadic */
-    return r < 0 ? -errno : r;
-}
-#else
-#include "psb_freestanding.h"
-#define psb_ll_sys(n, a, b, c, d) sys6((n), (a), (b), (c), (d), 0, 0)
-#endif
-
-#define PSB_NR_OPENAT 257                      /* x86_64 */
-#define PSB_NR_CLOSE 3
-#define PSB_NR_LANDLOCK_CREATE_RULESET 444     /* the same on every architecture */
-#define PSB_NR_LANDLOCK_ADD_RULE 445
-#define PSB_NR_LANDLOCK_RESTRICT_SELF 446
+#include "psb_sys.h"
+#define psb_ll_sys(n, a, b, c, d) psb_sys((n), (a), (b), (c), (d), 0)
+#define PSB_NR_OPENAT __NR_openat
+#define PSB_NR_CLOSE __NR_close
+#define PSB_NR_LANDLOCK_CREATE_RULESET __NR_landlock_create_ruleset
+#define PSB_NR_LANDLOCK_ADD_RULE __NR_landlock_add_rule
+#define PSB_NR_LANDLOCK_RESTRICT_SELF __NR_landlock_restrict_self
 #define PSB_LANDLOCK_RULE_PATH_BENEATH 1
 #define PSB_LANDLOCK_ACCESS_FS_MAKE_BLOCK (1UL << 11)   /* ABI 1 */
 #define PSB_LANDLOCK_SCOPE_SIGNAL (1UL << 1)            /* ABI 6 */

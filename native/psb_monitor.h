@@ -37,11 +37,11 @@ static long psb_mon_sys(long n, long a, long b, long c, long d)
 #else
 #include "psb_freestanding.h"
 #define psb_mon_sys(n, a, b, c, d) sys6((n), (a), (b), (c), (d), 0, 0)
-#define PSB_MON_NR_POLL 7
-#define PSB_MON_NR_EXIT_GROUP 231
-#define PSB_MON_NR_RT_SIGPROCMASK 14
+#define PSB_MON_NR_POLL __NR_poll
+#define PSB_MON_NR_EXIT_GROUP __NR_exit_group
+#define PSB_MON_NR_RT_SIGPROCMASK __NR_rt_sigprocmask
 #endif
-#define PSB_MON_NR_PIDFD_SEND_SIGNAL 424
+#define PSB_MON_NR_PIDFD_SEND_SIGNAL __NR_pidfd_send_signal
 #define PSB_MON_PID1_FD 3
 #define PSB_MON_LIFELINE_FD 4
 #define PSB_MON_LAUNCHER_FD 5

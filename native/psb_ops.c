@@ -1,8 +1,10 @@
 /* pysandbox native executor: The handlers of the plan's ops (psb_op_*), called by the child's op interpreter
  * (psb_child.c): write, symlink, setup_root and pivot, bind, mount, setattr, chmod,
- * chdir, the nested user namespace, capabilities, and the waits on a descriptor.
+ * chdir, the nested user namespace, and the waits on a descriptor.
  * They run in the cloned child; each says with which privilege. */
 #include "psb_internal.h"
+#define PSB_LIBC
+#include "psb_tail.h"
 
 /* Runs in the child with CAP_SYS_ADMIN in its user namespace. */
 int psb_op_write(struct psb_child *c, const struct psb_op *op)
@@ -212,15 +214,10 @@ void psb_wait_gate(struct psb_child *c, int i)
 {
     if (c->gate_fd < 0)
         return;
-    char b;
-    ssize_t r;
-    do {
-        r = read(c->gate_fd, &b, 1);
-    } while (r < 0 && errno == EINTR);
-    if (r != 1)
-        psb_fail(c, PSB_STAGE_PARENT_DIED, i, r < 0 ? errno : ESRCH);
-    close(c->gate_fd);
+    long r = psb_tail_gate(c->gate_fd);
     c->gate_fd = -1;
+    if (r < 0)
+        psb_fail(c, PSB_STAGE_PARENT_DIED, i, (int)-r);
 }
 
 /* Runs in the child with full capabilities in the sandbox's user namespace, after
@@ -265,40 +262,6 @@ nest:;
         return -1;
     close(c->proc_self_fd);
     c->proc_self_fd = -1;
-    return 0;
-}
-
-/* Runs in the child with CAP_SETPCAP in its user namespace: clear the bounding and
- * ambient sets and keep only ``keep`` (a bit mask). Kept capabilities go in the
- * inheritable and ambient sets too, so they survive exec for a non-root uid (not with
- * PSB_F_NO_AMBIENT). */
-int psb_op_caps(const struct psb_op *op)
-{
-    uint64_t keep = (uint64_t)op->n;
-    for (long cap = 0; cap <= op->m; cap++) {
-        if (keep & (1ULL << cap))
-            continue;
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-            return -1;
-    }
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-        return -1;
-    struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
-    struct __user_cap_data_struct data[2];
-    memset(data, 0, sizeof data);
-    /* PSB_F_NO_RAISE: the inheritable set stays as the new user namespace made it
-     * (empty), so no capability can be made ambient either. */
-    uint64_t inheritable = (op->flags & PSB_F_NO_RAISE) ? 0 : keep;
-    data[0].effective = data[0].permitted = (uint32_t)keep;
-    data[1].effective = data[1].permitted = (uint32_t)(keep >> 32);
-    data[0].inheritable = (uint32_t)inheritable;
-    data[1].inheritable = (uint32_t)(inheritable >> 32);
-    if (syscall(SYS_capset, &hdr, data) != 0)
-        return -1;
-    for (long cap = 0; cap <= op->m && !(op->flags & (PSB_F_NO_AMBIENT | PSB_F_NO_RAISE)); cap++) {
-        if ((keep & (1ULL << cap)) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0)
-            return -1;
-    }
     return 0;
 }
 

@@ -31,13 +31,13 @@
 #else
 #include "psb_freestanding.h"
 #define PSB_PID1_SYS(n, a, b, c, d) sys6((n), (a), (b), (c), (d), 0, 0)
-#define PSB_PID1_NR_WRITE 1
-#define PSB_PID1_NR_WAIT4 61
-#define PSB_PID1_NR_KILL 62
-#define PSB_PID1_NR_RT_SIGTIMEDWAIT 128
-#define PSB_PID1_NR_EXIT_GROUP 231
-#define PSB_PID1_NR_PTRACE 101
-#define PSB_PID1_NR_POLL 7
+#define PSB_PID1_NR_WRITE __NR_write
+#define PSB_PID1_NR_WAIT4 __NR_wait4
+#define PSB_PID1_NR_KILL __NR_kill
+#define PSB_PID1_NR_RT_SIGTIMEDWAIT __NR_rt_sigtimedwait
+#define PSB_PID1_NR_EXIT_GROUP __NR_exit_group
+#define PSB_PID1_NR_PTRACE __NR_ptrace
+#define PSB_PID1_NR_POLL __NR_poll
 #endif
 #define PSB_PID1_PTRACE_DETACH 17
 #define PSB_PID1_SIGCHLD 17

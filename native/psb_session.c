@@ -18,7 +18,7 @@
  *     SIGNAL (2): A the signal, sent to the command's process
  *   server -> launcher: events of 4 u32 words TYPE ID A B
  *     READY (0x10); STARTED (0x11, A = the command's pid in the sandbox);
- *     FAILED (0x12, A = errno, B = step: 1 chdir, 2 exec, 3 fork, 4 descriptors);
+ *     FAILED (0x12, A = errno, B = the step: enum psb_tail_step, native/psb_tail.h);
  *     EXITED (0x13, A = raw wait status); ERROR (0x14, A = code) and the server exits.
  *
  * Signals for a command go through its keeper (SIG_RELAY), which alone can know the
@@ -39,36 +39,34 @@
  * EOF on the channel: the server exits, and the kernel kills the whole namespace. */
 
 #if defined(__x86_64__)
-#include "psb_freestanding.h"
-#include "psb_landlock.h"
+#include "psb_tail.h"
 PSB_START(psb_session_main);
 
-#define NR_READ 0
-#define NR_WRITE 1
-#define NR_OPEN 2
-#define NR_STAT 4
-#define NR_CLOSE 3
-#define NR_POLL 7
-#define NR_RT_SIGPROCMASK 14
-#define NR_RT_SIGTIMEDWAIT 128
-#define NR_RT_SIGQUEUEINFO 129
-#define NR_DUP2 33
-#define NR_GETPID 39
-#define NR_RECVMSG 47
-#define NR_FORK 57
-#define NR_EXECVE 59
-#define NR_EXIT 60
-#define NR_WAIT4 61
-#define NR_KILL 62
-#define NR_FCNTL 72
-#define NR_CHDIR 80
-#define NR_SETSID 112
-#define NR_PRCTL 157
-#define NR_EXIT_GROUP 231
-#define NR_SIGNALFD4 289
-#define NR_PIPE2 293
-#define NR_CLOSE_RANGE 436
-#define NR_PTRACE 101
+#define NR_READ __NR_read
+#define NR_WRITE __NR_write
+#define NR_OPEN __NR_open
+#define NR_CLOSE __NR_close
+#define NR_POLL __NR_poll
+#define NR_RT_SIGPROCMASK __NR_rt_sigprocmask
+#define NR_RT_SIGTIMEDWAIT __NR_rt_sigtimedwait
+#define NR_RT_SIGQUEUEINFO __NR_rt_sigqueueinfo
+#define NR_DUP2 __NR_dup2
+#define NR_GETPID __NR_getpid
+#define NR_RECVMSG __NR_recvmsg
+#define NR_FORK __NR_fork
+#define NR_EXECVE __NR_execve
+#define NR_EXIT __NR_exit
+#define NR_WAIT4 __NR_wait4
+#define NR_KILL __NR_kill
+#define NR_FCNTL __NR_fcntl
+#define NR_CHDIR __NR_chdir
+#define NR_SETSID __NR_setsid
+#define NR_PRCTL __NR_prctl
+#define NR_EXIT_GROUP __NR_exit_group
+#define NR_SIGNALFD4 __NR_signalfd4
+#define NR_PIPE2 __NR_pipe2
+#define NR_CLOSE_RANGE __NR_close_range
+#define NR_PTRACE __NR_ptrace
 #define PTRACE_DETACH 17
 #else
 #error "psb_session: unsupported architecture"
@@ -90,15 +88,6 @@ PSB_START(psb_session_main);
 #define WALL 0x40000000   /* __WALL: a child made by clone() with another exit signal too */
 #define EINTR 4
 #define EAGAIN 11
-#define EACCES 13
-#define ENOENT 2
-#define ENOTDIR 20
-#define ENODEV 19
-#define ENAMETOOLONG 36
-#define ETIMEDOUT 110
-#define ESTALE 116
-#define S_IFMT 0170000
-#define S_IFDIR 0040000
 #define ECHILD 10
 #define MSG_CMSG_CLOEXEC 0x40000000
 
@@ -271,48 +260,35 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
     /* A Landlock domain of its own (native/psb_landlock.h): nothing it starts can reach
      * us, the keepers or the server, whatever capabilities the policy leaves it. No
      * domain: as before (the server and keepers are undumpable). */
+    /* Fail closed on any error, as the one-shot launch does: the kind was asked for because
+     * the kernel has it (pysandbox/backends/landlock.py). */
     long r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
-    if (r < 0 && r != -38 /* ENOSYS */ && r != -95 /* EOPNOTSUPP */) {
-        rec[0] = (unsigned int)-r, rec[1] = 5;
+    if (r < 0) {
+        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_LANDLOCK;
         sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
         for (;;)
             sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
     }
     r = sys6(NR_CHDIR, (long)strs[0], 0, 0, 0, 0, 0);
     if (r < 0) {
-        rec[0] = (unsigned int)-r, rec[1] = 1;
+        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_CHDIR;
     } else {
         char **argv = strs + 1 + ncand, **envp = strs + 1 + ncand + nargv + 1;
-        /* execvp's rule as the one-shot executor applies it (native/psb_child.c psb_exec):
-         * the next candidate after a miss; EACCES only for a file that is there (an
-         * unsearchable directory on PATH is a miss, as in a shell); else ENOENT. A name
-         * with a '/' (pysandbox/execpath.py: not searched) reports its own error. */
-        long err = 0, seen_eacces = 0, searched = 1;
+        /* The candidates, back to back in the payload, tried as the one-shot launch does
+         * (native/psb_tail.h psb_tail_exec). A name with a '/' (pysandbox/execpath.py: not
+         * searched) reports its own error. */
+        int searched = 1;
         for (const char *c = argv[0]; *c; c++)
             if (*c == '/')
                 searched = 0;
-        for (unsigned int k = 0; k < ncand && !err; k++) {
-            long e = -sys6(NR_EXECVE, (long)strs[1 + k], (long)argv, (long)envp, 0, 0, 0);
-            if (!searched) {
-                err = e;
-            } else if (e == EACCES) {
-                unsigned int st[36];   /* struct stat (x86_64: 144 bytes; st_mode at byte 24) */
-                if (sys6(NR_STAT, (long)strs[1 + k], (long)st, 0, 0, 0, 0) == 0 && (st[6] & S_IFMT) != S_IFDIR)
-                    seen_eacces = 1;
-            } else if (e != ENOENT && e != ENOTDIR && e != ESTALE && e != ENODEV && e != ETIMEDOUT &&
-                       e != ENAMETOOLONG) {
-                err = e;
-            }
-        }
-        if (!err)
-            err = seen_eacces ? EACCES : ENOENT;
-        rec[0] = (unsigned int)err, rec[1] = 2;
+        long err = -psb_tail_exec(strs[1], ncand, searched, argv, envp);
+        rec[0] = (unsigned int)err, rec[1] = PSB_TAIL_EXEC;
     }
     sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
     for (;;)
         sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
 bad_fds:
-    rec[0] = 9 /* EBADF */, rec[1] = 4;
+    rec[0] = 9 /* EBADF */, rec[1] = PSB_TAIL_FDS;
     sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
     for (;;)
         sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
@@ -327,7 +303,7 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
     int ep[2];
     long pe = sys6(NR_PIPE2, (long)ep, O_CLOEXEC, 0, 0, 0, 0);
     if (pe < 0) {
-        put_event(rep, E_FAILED, id, (unsigned int)-pe, 6);
+        put_event(rep, E_FAILED, id, (unsigned int)-pe, PSB_TAIL_FORK);
         quit(0);
     }
     long pid = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
@@ -340,7 +316,7 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
         sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
     sys6(NR_CLOSE, ep[1], 0, 0, 0, 0, 0);
     if (pid < 0) {
-        put_event(rep, E_FAILED, id, (unsigned int)-pid, 3);
+        put_event(rep, E_FAILED, id, (unsigned int)-pid, PSB_TAIL_FORK);
         quit(0);
     }
     unsigned int rec[2];
@@ -467,7 +443,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
         if (cmds[k].rep < 0)
             slot = k;
     if (h[6] != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
-        put_event(chan, E_FAILED, id, 22 /* EINVAL */, 4);
+        put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_USAGE);
         return;
     }
     payload[len] = 0;
@@ -478,19 +454,19 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
         p++;
     }
     if (got != want) {
-        put_event(chan, E_FAILED, id, 22, 4);
+        put_event(chan, E_FAILED, id, 22, PSB_TAIL_USAGE);
         return;
     }
     strs[1 + ncand + nargv] = 0;
     strs[1 + ncand + nargv + 1 + nenv] = 0;
     if (slot < 0) {
-        put_event(chan, E_FAILED, id, EAGAIN, 3);
+        put_event(chan, E_FAILED, id, EAGAIN, PSB_TAIL_FORK);
         return;
     }
     int rp[2];
     long pe = sys6(NR_PIPE2, (long)rp, O_CLOEXEC | O_NONBLOCK, 0, 0, 0, 0);
     if (pe < 0) {
-        put_event(chan, E_FAILED, id, (unsigned int)-pe, 3);
+        put_event(chan, E_FAILED, id, (unsigned int)-pe, PSB_TAIL_FORK);
         return;
     }
     if (dirty)
@@ -510,7 +486,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
     sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
     if (k < 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
-        put_event(chan, E_FAILED, id, (unsigned int)-k, 3);
+        put_event(chan, E_FAILED, id, (unsigned int)-k, PSB_TAIL_FORK);
         return;
     }
     cmds[slot] = (struct cmd){ id, k, 0, rp[0], 0 };
@@ -600,7 +576,7 @@ static void report(int k)
      * is reported. */
     end_orphans();
     put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : ECHILD,
-              cmds[k].pid ? 0 : 5);
+              cmds[k].pid ? 0 : PSB_TAIL_FORK);
 }
 
 void __attribute__((noreturn, used)) psb_session_main(long *sp)
@@ -616,8 +592,8 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
     if (argc > 3) {
         if (argc != 5 || argv[3][0] != '-' || argv[3][1] != 'L' || argv[3][2] != 0)
             quit(127);
-        landlock_kind = parse(argv[4]);
-        if (landlock_kind != PSB_LANDLOCK_FS && landlock_kind != PSB_LANDLOCK_SIGNAL)
+        landlock_kind = parse(argv[4]);   /* a kind psb_landlock_self does not know: each command's EINVAL */
+        if (landlock_kind <= 0)
             quit(127);
     }
     if (chan < 3)

@@ -15,11 +15,12 @@ EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw",
              "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", "allow_syscalls": "--allow-syscall",
              **cli_limits.OPTION_OF}
-_STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
+_STEP_DETAIL = re.compile(r" \(((plan step \d+|plan rlimits \S+), )?(native op \d+|tail step) \w+\)")
 
 
 def without_step(message: str) -> str:
-    """A setup error's line without ``(plan step N, native op M KIND)``."""
+    """A setup error's line without ``(plan step N, native op M KIND)`` or the setup
+    tail's ``(plan step N, tail step KIND)`` (backends/tail.py)."""
     return _STEP_DETAIL.sub("", message)
 
 

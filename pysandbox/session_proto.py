@@ -11,6 +11,8 @@ import os
 import struct
 from dataclasses import dataclass
 
+from .backends import tail
+
 MAGIC = 0x50534253
 SPAWN = 1
 SIGNAL = 2
@@ -26,8 +28,7 @@ MAX_FDS = 64
 MAX_PAYLOAD = 8 << 20
 MAX_TARGET_FD = 899   # the server moves received descriptors to 900 and up first
 
-# FAILED's step word
-STEP_CHDIR, STEP_EXEC, STEP_FORK, STEP_FDS, STEP_LANDLOCK = 1, 2, 3, 4, 5
+# FAILED's step word: enum psb_tail_step (native/psb_tail.h), read by backends/tail.py
 # ERROR's code word
 SERVER_ERRORS = {1: "a malformed frame", 2: "it is not the pid 1 of its pid namespace",
                  3: "no /proc/1/task/1/children in the sandbox (a procfs at /proc, with "
@@ -82,12 +83,14 @@ def parse_events(buf: bytearray) -> list[Event]:
 
 def failure(ev: Event, argv0: str, cwd: str) -> OSError:
     """The exception for a FAILED event, as subprocess raises it: the errno with the
-    file it concerns (the working directory for chdir, the command for exec)."""
+    file it concerns (the working directory for chdir, the command for exec); a step of
+    the setup tail reads as it does on a one-shot launch (backends/tail.py)."""
     err = ev.a or _errno.EIO
-    if ev.b == STEP_CHDIR:
+    step = tail.STEPS[ev.b - 1] if 0 < ev.b <= len(tail.STEPS) else None
+    if step == "CHDIR":
         return OSError(err, os.strerror(err), cwd)
-    if ev.b == STEP_EXEC:
-        return OSError(err, os.strerror(err), argv0)
-    what = {STEP_FORK: "starting the command", STEP_FDS: "placing its descriptors",
-            STEP_LANDLOCK: "entering the command's Landlock domain"}.get(ev.b, f"step {ev.b}")
+    if step in ("EXEC", "LANDLOCK"):
+        return tail.error(step, err, exe=argv0)
+    what = {"FORK": "starting the command", "FDS": "placing its descriptors",
+            "USAGE": "reading the command's frame"}.get(step, f"step {ev.b}")
     return OSError(err, f"the session server failed {what}: {os.strerror(err)}")

@@ -1,7 +1,7 @@
 """The sandbox's own terminal, seen from the launcher (``pysandbox run`` on a terminal).
 
 The host terminal never reaches the command. Right before the exec, the sandbox's
-setup (native: ``native/psb_child.c`` psb_open_pty; bwrap: our init's ``-t``) opens a
+setup (``native/psb_tail.h`` psb_tail_pty: the native child, or our bwrap init's ``-t``) opens a
 pty in the devpts instance of the sandbox's minimal /dev (``newinstance``, its own
 ``ptmx``), makes the slave the controlling terminal of a new session led by the
 command and its stdio, and sends the master here over a unix socket; it then closes

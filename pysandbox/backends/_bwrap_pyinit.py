@@ -6,7 +6,10 @@ It makes itself undumpable first (until then it is dumpable, but the command doe
 exist yet: nothing in the sandbox could ptrace it), then does what the C init does.
 ``SOURCE`` is this module's text below the marker line: only the standard library."""
 
-SOURCE = r'''
+from .tail import STEP
+
+# The step numbers of enum psb_tail_step (native/psb_tail.h) as T_* names, then the init.
+SOURCE = "".join(f"T_{name} = {value}\n" for name, value in STEP.items()) + r'''
 import ctypes, errno, fcntl, os, select, signal, socket, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(4, 0, 0, 0, 0)                          # PR_SET_DUMPABLE 0, first
@@ -14,9 +17,9 @@ a = sys.argv[1:]
 sfd = int(a[0])
 def put(*w):
     os.write(sfd, struct.pack("<%dI" % len(w), *w))
-def fail(what, detail):
+def fail(what, detail, k=0):
     try:
-        put(0x50534202, what, detail & 0xffffffff)
+        put(0x50534202, what, detail & 0xffffffff, k)
     finally:
         os._exit(126)
 def err():
@@ -38,21 +41,23 @@ if launcher_gone():
     os._exit(125)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 i, filters, caps, exec_mode, pty, rlimits, ll, no_raise = 2, [], None, False, None, [], 0, False
+nro = nbind = 0
 gate = -1
 while i < len(a) and a[i] != "--":
     o = a[i]
     if o == "-N":
         if libc.unshare(0x20000) != 0:
-            fail(2, err())
+            fail(T_MOUNT_PRIVATE, err())
     elif o == "-P":
         if libc.mount(None, b"/", None, (1 << 14) | (1 << 18), None) != 0:
-            fail(2, err())
+            fail(T_MOUNT_PRIVATE, err())
     elif o == "-r":
         i += 1
         p = os.fsencode(a[i])
         if os.path.lexists(p) and (libc.mount(p, p, None, 4096 | 16384, None) != 0 or
                                    libc.mount(None, p, None, 32 | 4096 | 1 | 2 | 4 | 8, None) != 0):
-            fail(3, i)
+            fail(T_PROC_READONLY, err() or 22, nro)
+        nro += 1
     elif o == "-b":
         try:
             st = os.lstat(a[i + 1])
@@ -60,7 +65,8 @@ while i < len(a) and a[i] != "--":
         except OSError:
             ok = False
         if not ok:
-            fail(4, i)
+            fail(T_BIND_CHANGED, 40, nbind)
+        nbind += 1
         i += 3
     elif o == "-s":
         i += 1
@@ -73,7 +79,7 @@ while i < len(a) and a[i] != "--":
             data += chunk
         os.close(fd)
         if not data or len(data) % 8 or len(data) > 4096 * 8:
-            fail(6, i)
+            fail(T_SECCOMP, 22, len(filters))
         filters.append(data)
     elif o == "-c":
         i += 1
@@ -106,7 +112,7 @@ while i < len(a) and a[i] != "--":
                 ls.listen(4096)
             socket.send_fds(lsock, [b"L"], [x.fileno() for x in made])
         except OSError as e:
-            fail(13, e.errno or 22)
+            fail(T_LISTEN, e.errno or 22)
         finally:
             for x in made:
                 x.close()
@@ -127,12 +133,12 @@ while i < len(a) and a[i] != "--":
         i += 1
         ll = int(a[i])
         if ll not in (1, 2):
-            fail(1, i)
+            fail(T_USAGE, 22, i)
     else:
-        fail(1, i)
+        fail(T_USAGE, 22, i)
     i += 1
 if i + 2 >= len(a):
-    fail(1, i)
+    fail(T_USAGE, 22, i)
 exe, argv = os.fsencode(a[i + 1]), [os.fsencode(x) for x in a[i + 2:]]
 if caps is not None:
     for cap in range(64):
@@ -141,9 +147,9 @@ if caps is not None:
         if libc.prctl(24, cap, 0, 0, 0) != 0:
             if err() == 22:
                 break
-            fail(5, err())
+            fail(T_CAPS, err())
     if libc.prctl(47, 4, 0, 0, 0) != 0:
-        fail(5, err())
+        fail(T_CAPS, err())
     class H(ctypes.Structure):
         _fields_ = [("v", ctypes.c_uint32), ("pid", ctypes.c_int)]
     class D(ctypes.Structure):
@@ -153,14 +159,14 @@ if caps is not None:
         m = (caps >> (32 * k)) & 0xffffffff
         d[k] = D(m, m, 0 if no_raise else m)
     if libc.capset(ctypes.byref(H(0x20080522, 0)), d) != 0:
-        fail(5, err())
+        fail(T_CAPS, err())
     for cap in range(64):
         if caps >> cap & 1 and not no_raise:
             libc.prctl(47, 2, cap, 0, 0)
     back = (D * 2)()
     if libc.capget(ctypes.byref(H(0x20080522, 0)), back) != 0 or \
             any((back[k].e, back[k].p) != (d[k].e, d[k].p) for k in range(2)):
-        fail(5, 1)
+        fail(T_CAPS, 1)
 class F(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 bufs = [ctypes.create_string_buffer(f, len(f)) for f in filters]
@@ -233,13 +239,14 @@ def set_rlimits():
     # and a file_size limit would be EFBIG, not SIGXFSZ, as native/psb_child.c resets them)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-    import resource
-    try:
-        for res, soft, hard in rlimits:
-            resource.setrlimit(res, (soft, hard))
-        return 0
-    except (OSError, ValueError) as x:
-        return getattr(x, "errno", None) or 22
+    # libc's setrlimit, not resource.setrlimit: the kernel's errno (EPERM above
+    # fs.nr_open), which Python's ValueError would hide, as the C init reports it
+    class RL(ctypes.Structure):
+        _fields_ = [("cur", ctypes.c_ulong), ("max", ctypes.c_ulong)]
+    for k, (res, soft, hard) in enumerate(rlimits):
+        if libc.setrlimit(res, ctypes.byref(RL(soft & (2 ** 64 - 1), hard & (2 ** 64 - 1)))) != 0:
+            return err() or 22, k
+    return 0, 0
 if gate >= 0:
     try:
         go = os.read(gate, 1)
@@ -252,56 +259,57 @@ env = dict(os.environb)
 if exec_mode:
     e = pty_step()
     if e:
-        fail(11, e)
-    e = set_rlimits()
-    if e:
-        fail(12, e)
+        fail(T_PTY, e)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    e, k = set_rlimits()
+    if e:
+        fail(T_RLIMIT, e, k)
     e = apply_filters()
     if e:
-        fail(6, e)
+        fail(T_SECCOMP, e)
     fcntl.fcntl(sfd, fcntl.F_SETFL, sfl)           # no SIGIO for the command
     put(0x50534201)
     try:
         os.execve(exe, argv, env)
     except OSError as x:
-        fail(7, x.errno)
+        fail(T_EXEC, x.errno)
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
     os.close(sfd)
     os.close(r)
-    signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    e = pty_step()
+    rec = (0, 0, 0)
+    e = pty_step()                                 # signals still blocked: as the C init
     if e:
-        e = (11 << 16) | (e & 0xffff)
-    else:
+        rec = (T_PTY, e, 0)
+    if not rec[0]:
         e = landlock()
         if e:
-            e = (10 << 16) | (e & 0xffff)
-        else:
-            e = set_rlimits()
-            e = (12 << 16) | (e & 0xffff) if e else 0
-        if not e:
-            e = apply_filters()
-            if e:
-                e = (6 << 16) | (e & 0xffff)
-    if not e:
+            rec = (T_LANDLOCK, e, 0)
+    if not rec[0]:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        e, k = set_rlimits()
+        if e:
+            rec = (T_RLIMIT, e, k)
+    if not rec[0]:
+        e = apply_filters()
+        if e:
+            rec = (T_SECCOMP, e, 0)
+    if not rec[0]:
         try:
             os.execve(exe, argv, env)
         except OSError as x:
-            e = (7 << 16) | (x.errno & 0xffff)
-    os.write(w, struct.pack("<I", e))
+            rec = (T_EXEC, x.errno, 0)
+    os.write(w, struct.pack("<3I", *rec))
     os._exit(127)
 os.close(w)
 if pty is not None:
     os.close(pty[0])                               # the init never sends on it
-got = os.read(r, 4)
+got = os.read(r, 12)
 os.close(r)
-if len(got) == 4:
+if len(got) == 12:
     os.waitpid(pid, 0)
-    e = struct.unpack("<I", got)[0]
-    fail(e >> 16, e & 0xffff)
+    fail(*struct.unpack("<3I", got))
 put(0x50534201)
 while True:
     while True:

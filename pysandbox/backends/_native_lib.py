@@ -17,7 +17,7 @@ import threading
 
 from ..errors import NativeModuleMissing, Reason
 
-ABI_VERSION = 6   # native/psb.h PSB_ABI_VERSION
+ABI_VERSION = 7   # native/psb.h PSB_ABI_VERSION
 NO_EXEC_INIT_ENV = "PYSANDBOX_NATIVE_NO_EXEC_INIT"
 
 # The op kinds, flags and stages Python emits (native_ops.py), checked against the module.
@@ -25,6 +25,8 @@ from .native_ops import (F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE
                          F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, OP, OP_KINDS,
                          STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_MONITOR, STAGE_OP, STAGE_PARENT_DIED,
                          STAGE_PIPE, STAGE_PTY)
+
+from . import tail  # noqa: E402 - enum psb_tail_step, checked against the module
 
 # The signals the sandbox's pid-1 init forwards to the command (both init modes).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
@@ -54,6 +56,10 @@ def module_drift(lib) -> list[str]:
               STAGE_MONITOR)
     names = ("OP", "CLONE", "PARENT_DIED", "FDS", "EXEC", "PIPE", "PTY", "MONITOR")
     drift += [f"PSB_STAGE_{n}" for n, v in zip(names, stages) if getattr(lib, f"PSB_STAGE_{n}", None) != v]
+    module_steps = sorted(n[len("PSB_TAIL_"):] for n in dir(lib) if n.startswith("PSB_TAIL_"))
+    if module_steps != sorted(tail.STEPS):
+        drift.append(f"tail steps: module {module_steps} vs Python {sorted(tail.STEPS)}")
+    drift += [f"PSB_TAIL_{n}" for n, v in tail.STEP.items() if getattr(lib, f"PSB_TAIL_{n}", None) != v]
     return drift
 
 

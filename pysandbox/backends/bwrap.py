@@ -349,10 +349,10 @@ class BwrapBackend:
                 child.status_fd = -1
             return
         if words == [INIT_FAILED]:
-            what, detail = (read_words(child.status_fd, 2, 5.0) + [0, 0])[:2]
+            step, err, k = (read_words(child.status_fd, 3, 5.0) + [0, 0, 0])[:3]
             os.waitpid(proc.pid, 0)
             child.close()
-            raise init_failure(what, detail, exe)
+            raise init_failure(step, err, k, exe, plan)
         # No report: bwrap's setup failed before it exec'd the init (or the init was killed).
         try:
             ended = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)

@@ -25,7 +25,7 @@ from .. import plan as P
 from ..errors import BackendUnavailable, Reason, SetupError
 from ..memfd import ProgramUnavailable, program_fd
 from ..policy import CAPABILITIES
-from . import landlock
+from . import landlock, tail
 from ._bwrap_pyinit import SOURCE
 from .bwrap_render import init_mode, join_path, proc_in_sandbox, python_init_usable
 
@@ -190,12 +190,10 @@ def init_memfd() -> int:
                                  Reason.BWRAP_INIT_UNAVAILABLE) from None
 
 
-# Words on our init's status pipe (native/psb_bwrap_init.c).
+# Words on our init's status pipe (native/psb_bwrap_init.c): STARTED, or FAILED followed
+# by the failure record (step: enum psb_tail_step, backends/tail.py; errno; which option).
 INIT_STARTED = 0x50534201
 INIT_FAILED = 0x50534202
-INIT_FAILURES = {1: "usage", 2: "mount namespace", 3: "procfs read-only remount", 4: "bind check",
-                 5: "capabilities", 6: "seccomp", 7: "exec", 8: "fork", 9: "lifeline", 10: "landlock",
-                 11: "terminal", 12: "rlimit", 13: "proxy listener"}
 
 
 def read_words(fd: int, count: int, timeout: float) -> list[int]:
@@ -216,26 +214,27 @@ def read_words(fd: int, count: int, timeout: float) -> list[int]:
     return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]
 
 
-def init_failure(what: int, detail: int, exe: str) -> Exception:
-    """The typed error for our init's ``INIT_FAILED`` report: step ``what`` failed with
-    ``detail`` (an errno for the mount namespace, capabilities, seccomp, exec and fork
-    steps); the command did not run."""
-    stage = INIT_FAILURES.get(what, f"step {what}")
-    if what == 7:   # exec
-        return OSError(detail, os.strerror(detail), exe)
-    if what == 11:
-        return SetupError(f"the sandbox's terminal: cannot open a pty in the sandbox's /dev/pts or hand it "
-                          f"over: {os.strerror(detail) if detail else detail}; the command did not run",
-                          Reason.TERMINAL_UNAVAILABLE, stage="terminal", errno=detail or None)
-    if what == 12:
-        return SetupError(f"network proxy mode: cannot listen at 127.0.0.1 in the sandbox or hand the "
-                          f"listener over: {os.strerror(detail) if detail else detail}; the command did not run",
-                          Reason.SETUP_FAILED, stage="proxy listener", errno=detail or None)
-    if what == 4:
+def init_failure(step: int, err: int, k: int, exe: str, plan: P.Plan) -> Exception:
+    """The typed error for our init's ``INIT_FAILED`` record: tail step ``step`` (enum
+    psb_tail_step) failed with errno ``err`` at its ``k``-th option (the K-th -s, -R or
+    -r); the command did not run. A step of the setup tail reads as it does on the native
+    backend (backends/tail.py), naming the plan step."""
+    name = tail.STEPS[step - 1] if 0 < step <= len(tail.STEPS) else None
+    if name == "BIND_CHANGED":
         return SetupError("a bind's destination is not the inode the launcher validated (a symlink "
                           "or another mount was swapped in before bwrap bound it); the command "
                           "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=errno.ELOOP)
-    return SetupError(f"the bwrap backend's init failed at its {stage} step "
-                      f"({os.strerror(detail) if what in (2, 5, 6, 8, 10, 12) and detail else detail}); "
-                      f"the command did not run", Reason.SETUP_FAILED, stage="init",
-                      errno=detail if what in (2, 5, 6, 8, 10) else None)
+    if name == "RLIMIT" and 0 <= k < len(plan.rlimits):
+        return tail.error(name, err, rlimit=plan.rlimits[k])
+    if name == "LISTEN":
+        port = getattr(plan.first(P.ProxyListener), "port", 0)
+        return tail.error(name, err, plan_index=tail.plan_step(plan, name, k), filename=f"127.0.0.1:{port}")
+    if name == "PROC_READONLY":
+        paths = proc_readonly_paths(plan)
+        return tail.error(name, err, filename=paths[k] if 0 <= k < len(paths) else None)
+    if name in ("CAPS", "NNP", "SECCOMP", "LANDLOCK", "PTY", "EXEC"):
+        return tail.error(name, err, plan_index=tail.plan_step(plan, name, k), exe=exe)
+    what = {"USAGE": "argument", "MOUNT_PRIVATE": "mount namespace", "FORK": "fork",
+            "LIFELINE": "lifeline"}.get(name, f"step {step}")
+    return SetupError(f"the bwrap backend's init failed at its {what} step ({os.strerror(err) if err else err}); "
+                      f"the command did not run", Reason.SETUP_FAILED, stage="init", errno=err or None)

@@ -13,6 +13,7 @@ import os
 from ..errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
                       UserNamespaceUnavailable, error_for)
 from ..probe.host import nested_hint
+from . import tail
 from ._native_lib import load_module
 from .monitor import start_error as monitor_error
 from .native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
@@ -76,11 +77,7 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
     if stage == STAGE_CLONE:
         return namespace_error(namespaces, err, probe)
     if stage == STAGE_EXEC:
-        if err == E.ENOENT:
-            return FileNotFoundError(err, os.strerror(err), launch_exe)
-        if err == E.EACCES:
-            return PermissionError(err, os.strerror(err), launch_exe)
-        return OSError(err, os.strerror(err), launch_exe)
+        return tail.error("EXEC", err, exe=launch_exe)
     if stage == STAGE_PARENT_DIED:
         return SetupError("the launching thread died during setup", Reason.PARENT_DIED,
                           stage="pdeathsig", errno=err)
@@ -90,11 +87,12 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
     if stage == STAGE_MONITOR:
         return monitor_error(err)
     if stage == STAGE_PTY:
-        return SetupError(f"the sandbox's terminal: cannot open a pty in the sandbox's /dev/pts or hand it "
-                          f"over: {os.strerror(err)}; the command did not run", Reason.TERMINAL_UNAVAILABLE,
-                          stage="terminal", errno=err)
+        return tail.error("PTY", err)
     if stage == STAGE_OP and 0 <= index < len(compiled.ops):
         op = compiled.ops[index]
+        if op.kind in tail.OP_STEP:   # a step of the setup tail: read as on every path
+            return tail.error(tail.OP_STEP[op.kind], err, plan_index=op.plan_index, filename=op.filename,
+                              rlimit=(op.n, op.m, op.mode) if op.kind == "RLIMIT" else None)
         where = f" {op.filename}" if op.filename else ""
         if op.reason is Reason.USER_NAMESPACE_UNAVAILABLE:
             # The namespace was created but cannot be used (no id map may be written,

@@ -16,7 +16,7 @@ from .. import plan as P
 from ..errors import Reason, SetupError
 from ..policy import CAPABILITIES
 from ..records import replace
-from . import landlock
+from . import landlock, tail
 from .native_host import HostView
 from .native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE,
                          F_LIFELINE, F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV,
@@ -52,7 +52,7 @@ def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
         cx.add("INIT", stage="init", plan_index=len(plan.ops))
     # After INIT: recorded by the command's process, set right before its exec.
     for res, soft, hard in plan.rlimits:
-        cx.add("RLIMIT", n=res, m=soft, mode=hard, stage="rlimit")
+        cx.add("RLIMIT", n=res, m=soft, mode=hard, stage="rlimit", filename=tail.rlimit_name(res))
     return cx.ops
 
 

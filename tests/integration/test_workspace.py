@@ -1,4 +1,4 @@
-"""Workspaces against a real kernel (invariant 16, docs/ARCHITECTURE.md): a command's
+"""Workspaces against a real kernel (invariant 17, docs/ARCHITECTURE.md): a command's
 writes land in the workspace's layer, which no command can read; changes() lists every
 kind; commit() applies the honest change and refuses the hostile ones, each beside its
 live control; snapshots fork independently; sessions; the bwrap backend where the bwrap
