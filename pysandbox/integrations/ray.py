@@ -73,31 +73,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..errors import PolicyError, Reason, SessionError
 from ..policy import Policy
-from .ray_host import OUTPUT_LIMIT, CommandResult, SandboxHost
+from .ray_host import OUTPUT_LIMIT, ClusterBusy, CommandResult, HostLost, SandboxHost
+from .ray_session import CLOSE_TIMEOUT, ClusterSession
 
 __all__ = ["OUTPUT_LIMIT", "ClusterBusy", "ClusterSession", "CommandResult", "HostLost", "SandboxCluster"]
 
 log = logging.getLogger("pysandbox.ray")
 
 START_TIMEOUT = 120.0   # seconds for the placement group and the hosts' status checks
-CLOSE_TIMEOUT = 60.0    # seconds one host may take to close its pool and sessions
 _CALLS_KEPT = 4096      # submitted calls remembered for result()'s retry rule
-
-
-class ClusterBusy(SessionError):
-    """``block=False`` and the driver's or the host's bound of calls in flight is reached."""
-
-    default_reason = Reason.SESSION_UNAVAILABLE
-
-
-class HostLost(SessionError):
-    """The host (its node, its actor) a call or a session was on died. ``node_id`` names it."""
-
-    default_reason = Reason.SESSION_LOST
-
-    def __init__(self, message: str, reason=None, node_id: str = "", **details):
-        super().__init__(message, reason, **details)
-        self.node_id = node_id
 
 
 class _HostActor(SandboxHost):
@@ -129,10 +113,6 @@ class _Host:
         self.actor, self.info, self.node_id = actor, info, info["node_id"]
         self.inflight = 0
         self.dead = False
-
-
-def _live_nodes(cpus: float) -> int:
-    return sum(1 for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= cpus)
 
 
 class SandboxCluster:
@@ -179,7 +159,7 @@ class SandboxCluster:
 
     # ------------------------------------------------------------------ start
     def _start(self, hosts, cpus, start_timeout) -> None:
-        n = hosts if hosts is not None else max(1, _live_nodes(cpus))
+        n = hosts or max(1, sum(x.get("Alive") and x.get("Resources", {}).get("CPU", 0) >= cpus for x in ray.nodes()))
         strategy = "SPREAD" if hosts is not None else "STRICT_SPREAD"
         self._pg = placement_group([{"CPU": cpus}] * n, strategy=strategy)
         try:
@@ -336,8 +316,7 @@ class SandboxCluster:
         log.warning("node %s died; running %r again elsewhere (idempotent)", node, call.args)
         host = self._admit(True)
         kw = {k: v for k, v in call.kw.items() if k not in ("submitted_at", "attempts")}
-        new = self._dispatch(host, call.args, kw, True, call.attempts + 1)
-        return new
+        return self._dispatch(host, call.args, kw, True, call.attempts + 1)
 
     def _mark_dead(self, host: _Host, exc) -> None:
         with self._lock:
@@ -374,9 +353,8 @@ class SandboxCluster:
                         host.inflight -= 1
                     exhausted = True
                     break
-                kw = {k: kwargs.get(k) for k in ("capture_output", "input", "timeout", "env", "cwd")}
-                kw["text"] = kwargs.get("text", False)
-                kw["capture_output"] = bool(kw["capture_output"])
+                kw = {k: kwargs.get(k) for k in ("input", "timeout", "env", "cwd")}
+                kw.update(capture_output=bool(kwargs.get("capture_output")), text=bool(kwargs.get("text")))
                 pending.append(self._dispatch(host, args, kw, kwargs.get("idempotent", False), 1))
             if not pending:
                 if exhausted:
@@ -462,65 +440,6 @@ class SandboxCluster:
             self._calls.clear()
         if self._own_ray:
             ray.shutdown()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-class ClusterSession:
-    """Commands pinned to one host's session; see :meth:`SandboxCluster.session`."""
-
-    def __init__(self, cluster: SandboxCluster, host: _Host, sid: str):
-        self.cluster, self._host, self.id = cluster, host, sid
-        self.node_id = host.node_id
-        self._lost: HostLost | None = None
-        self._closed = False
-
-    def submit(self, args, **kwargs):
-        """Start ``args`` in this session; an ``ObjectRef`` (use :meth:`result`).
-
-        Raises:
-            HostLost: the session's host died (at once, once known).
-            SessionError (session_closed): the session is closed.
-        """
-        if self._lost is not None:
-            raise HostLost(str(self._lost), node_id=self.node_id)
-        if self._closed:
-            raise SessionError("the session is closed", Reason.SESSION_CLOSED)
-        host = self.cluster._admit(kwargs.pop("block", None), host=self._host)
-        kw = {"capture_output": False, "input": None, "timeout": None, "env": None, "cwd": None, "text": False}
-        kw.update(kwargs)
-        kw["session"] = self.id
-        return self.cluster._dispatch(host, args, kw, False, 1)
-
-    def result(self, ref) -> CommandResult:
-        try:
-            return self.cluster.result(ref)
-        except HostLost as exc:
-            self._lost = HostLost(f"the session's node {self.node_id} died: its files and processes are gone "
-                                  f"({exc})", node_id=self.node_id)
-            raise self._lost from None
-
-    def run(self, args, **kwargs) -> CommandResult:
-        """Run ``args`` in this session and wait (:meth:`SandboxCluster.run`'s arguments)."""
-        return self.result(self.submit(args, **kwargs))
-
-    async def arun(self, args, **kwargs) -> CommandResult:
-        return await asyncio.to_thread(self.run, args, **kwargs)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._lost is None and not self._host.dead and not self.cluster.closed:
-            try:
-                ray.get(self._host.actor.close_session.options(concurrency_group="control").remote(self.id),
-                        timeout=CLOSE_TIMEOUT)
-            except (RayActorError, GetTimeoutError):
-                pass
 
     def __enter__(self):
         return self

@@ -26,12 +26,28 @@ from dataclasses import dataclass, field
 from ..errors import Reason, SessionError
 from ..policy import Policy
 
-__all__ = ["OUTPUT_LIMIT", "CommandResult", "SandboxHost"]
+__all__ = ["OUTPUT_LIMIT", "ClusterBusy", "CommandResult", "HostLost", "SandboxHost"]
 
 OUTPUT_LIMIT = 1 << 20
 """Bytes of each of stdout and stderr a result carries (1 MiB); the rest is dropped and
 ``stdout_truncated``/``stderr_truncated`` say so. The whole output is read on the host
 first: bound a chatty command with the policy's limits or a pipe of its own."""
+
+
+class ClusterBusy(SessionError):
+    """``block=False`` and the driver's or the host's bound of calls in flight is reached."""
+
+    default_reason = Reason.SESSION_UNAVAILABLE
+
+
+class HostLost(SessionError):
+    """The host (its node, its actor) a call or a session was on died. ``node_id`` names it."""
+
+    default_reason = Reason.SESSION_LOST
+
+    def __init__(self, message: str, reason=None, node_id: str = "", **details):
+        super().__init__(message, reason, **details)
+        self.node_id = node_id
 
 
 @dataclass(frozen=True)
