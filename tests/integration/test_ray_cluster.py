@@ -271,35 +271,37 @@ def test_a_node_removed_mid_command_gives_the_documented_result(cluster, work):
     token = f"psb-ray-doomed-{os.getpid()}"
     gate = ["sh", "-c", "i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; echo $1",
             "sh", token]
+    removed = False
     try:
-        sc = SandboxCluster(Policy.default(workdir=str(work)), pool_size=3)
-    except BaseException:
-        c.remove_node(doomed)
-        raise
-    with sc:
-        assert doomed.node_id in {h["node_id"] for h in sc.hosts}
-        once = sc.submit(gate, node_id=doomed.node_id, capture_output=True, timeout=150)
-        again = sc.submit(gate, node_id=doomed.node_id, capture_output=True, timeout=150, idempotent=True)
-        s = sc.session(node_id=doomed.node_id)
-        in_session = s.submit(gate, capture_output=True, timeout=150)
-        doomed_host = next(h for h in sc.stats() if h["node_id"] == doomed.node_id)
-        assert wait_until(lambda: next(h for h in sc.stats() if h["node_id"] == doomed.node_id)["running"] == 3, 60)
-        assert len(processes_with(token)) >= 3          # the three commands run, on the doomed node
-        c.remove_node(doomed)
-        (work / "go").touch()                           # the retry elsewhere may finish
+        with SandboxCluster(Policy.default(workdir=str(work)), pool_size=3) as sc:
+            assert doomed.node_id in {h["node_id"] for h in sc.hosts}
+            once = sc.submit(gate, node_id=doomed.node_id, capture_output=True, timeout=150)
+            again = sc.submit(gate, node_id=doomed.node_id, capture_output=True, timeout=150, idempotent=True)
+            s = sc.session(node_id=doomed.node_id)
+            in_session = s.submit(gate, capture_output=True, timeout=150)
+            doomed_host = next(h for h in sc.stats() if h["node_id"] == doomed.node_id)
+            # the three commands run, on the doomed node
+            assert wait_until(lambda: len(processes_with(token)) >= 3, 60), processes_with(token)
+            c.remove_node(doomed)
+            removed = True
+            (work / "go").touch()                           # the retry elsewhere may finish
 
-        with pytest.raises(HostLost) as lost:
-            sc.result(once, timeout=120)
-        assert lost.value.node_id == doomed.node_id and lost.value.reason is Reason.SESSION_LOST
-        rerun = sc.result(again, timeout=120)
-        assert rerun.attempts == 2 and rerun.node_id in (head, second) and rerun.stdout == f"{token}\n".encode()
-        with pytest.raises(HostLost):
-            s.result(in_session)
-        with pytest.raises(HostLost):                   # fails fast, without a call to the dead host
-            s.run(["true"])
-        s.close()
-        assert doomed.node_id not in {h["node_id"] for h in sc.hosts}
-        assert sc.run(["true"]).returncode == 0         # the others go on
+            with pytest.raises(HostLost) as lost:
+                sc.result(once, timeout=120)
+            assert lost.value.node_id == doomed.node_id and lost.value.reason is Reason.SESSION_LOST
+            rerun = sc.result(again, timeout=120)
+            assert rerun.attempts == 2 and rerun.node_id in (head, second)
+            assert rerun.stdout == f"{token}\n".encode()
+            with pytest.raises(HostLost):
+                s.result(in_session)
+            with pytest.raises(HostLost):                   # fails fast, without a call to the dead host
+                s.run(["true"])
+            s.close()
+            assert doomed.node_id not in {h["node_id"] for h in sc.hosts}
+            assert sc.run(["true"]).returncode == 0         # the others go on
+    finally:
+        if not removed:
+            c.remove_node(doomed)
     # nothing of the doomed node's sandboxes is left: the commands died with their host
     assert wait_until(lambda: not processes_with(token), 30), processes_with(token)
     assert not _alive(doomed_host["pid"])
