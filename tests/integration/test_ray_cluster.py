@@ -304,17 +304,16 @@ def test_a_node_removed_mid_command_gives_the_documented_result(cluster, work):
             c.remove_node(doomed)
     # nothing of the doomed node's sandboxes is left: the commands died with their host
     assert wait_until(lambda: not processes_with(token), 30), processes_with(token)
-    assert not _alive(doomed_host["pid"])
+    assert wait_until(lambda: not _alive(doomed_host["pid"]), 60)   # its worker goes once it sees its raylet gone
 
 
 def _alive(pid):
+    """``pid`` exists and is not a zombie."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def test_close_leaves_no_actor_sandbox_or_session(cluster, work):
