@@ -200,7 +200,8 @@ class SandboxCluster:
 
     # ------------------------------------------------------------------ admission
     def _prune(self) -> None:
-        refs = list(self._inflight)
+        with self._lock:
+            refs = list(self._inflight)
         if not refs:
             return
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
@@ -237,7 +238,8 @@ class SandboxCluster:
             if not block:
                 raise ClusterBusy(f"{len(self._inflight)} calls in flight (max_pending {self.max_pending}, "
                                   f"per_host {self.per_host})")
-            refs = list(self._inflight)
+            with self._lock:
+                refs = list(self._inflight)
             if refs:
                 ray.wait(refs, num_returns=1, timeout=1.0, fetch_local=False)
 

@@ -58,7 +58,8 @@ class CommandResult:
     ``returncode`` is None when the command timed out (``timed_out``; the sandbox was
     ended, every descendant with it). ``limit`` names the resource limit that ended it
     (``"memory"``, ``"pids"``, ``"cpu_time"``, ``"file_size"``, ``"wall_time"``) or is
-    None. ``queued_seconds``: from the driver's submit to the host's start;
+    None. ``queued_seconds``: from the driver's submit to the host's start (two machines'
+    wall clocks: as close as they are);
     ``run_seconds``: the host's launch to exit (sandbox setup included); ``attempts``: 2
     when the first host died and the command was run again elsewhere.
     """
