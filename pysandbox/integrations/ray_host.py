@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 
 from ..errors import Reason, SessionError
 from ..policy import Policy
+from .ray_capture import bounded_run
 
 __all__ = ["OUTPUT_LIMIT", "ClusterBusy", "CommandResult", "HostLost", "SandboxHost"]
 
 OUTPUT_LIMIT = 1 << 20
-"""Bytes of each of stdout and stderr a result carries (1 MiB); the rest is dropped and
-``stdout_truncated``/``stderr_truncated`` say so. The whole output is read on the host
-first: bound a chatty command with the policy's limits or a pipe of its own."""
+"""Bytes of each of stdout and stderr a result carries (1 MiB); the rest is read and
+dropped as it comes (``ray_capture.py``: the host holds no more than this), and
+``stdout_truncated``/``stderr_truncated`` say so."""
 
 
 class ClusterBusy(SessionError):
@@ -88,12 +89,6 @@ class CommandResult:
             raise subprocess.CalledProcessError(self.returncode, self.args, self.stdout, self.stderr)
 
 
-def _cut(data):
-    if data is None or len(data) <= OUTPUT_LIMIT:
-        return data, False
-    return data[:OUTPUT_LIMIT], True
-
-
 class SandboxHost:
     """One node's sandboxes; see the module. Thread-safe: the actor runs up to
     ``pool_size`` calls at once (its ``max_concurrency``)."""
@@ -143,43 +138,34 @@ class SandboxHost:
         self._check()
         start = time.time()
         queued = max(0.0, start - submitted_at) if submitted_at is not None else 0.0
-        kw = {"capture_output": capture_output, "input": input, "timeout": timeout, "env": env, "cwd": cwd,
-              "text": text}
         with self._lock:
+            make = self._popen(session)
             self._running += 1
             self._most_running = max(self._most_running, self._running)
-            runner = self._runner(session)
         t0 = time.monotonic()
         try:
-            done = runner(list(args), **kw)
-            returncode, out, err, limit, timed_out = (done.returncode, done.stdout, done.stderr,
-                                                      getattr(done, "limit", None), False)
-        except subprocess.TimeoutExpired as exc:
-            returncode, out, err, limit, timed_out = None, exc.stdout, exc.stderr, None, True
-            if text:
-                out = out.decode(errors="replace") if isinstance(out, bytes) else out
-                err = err.decode(errors="replace") if isinstance(err, bytes) else err
+            returncode, out, err, out_cut, err_cut, limit, timed_out = bounded_run(
+                make, args, capture_output=capture_output, input=input, timeout=timeout, text=text, env=env,
+                cwd=cwd, limit=OUTPUT_LIMIT)
         finally:
             with self._lock:
                 self._running -= 1
                 self._done += 1
-        out, out_cut = _cut(out)
-        err, err_cut = _cut(err)
         return CommandResult(list(args), returncode, out, err, self.node_id, self.name, limit, timed_out,
                              out_cut, err_cut, queued, time.monotonic() - t0, attempts,
                              {"timeout": timeout} if timed_out else {})
 
-    def _runner(self, session):
-        """Under the lock: the callable that runs one command."""
+    def _popen(self, session):
+        """Under the lock: the Popen-like factory of one command."""
         if session is not None:
             sb = self._sessions.get(session)
             if sb is None:
                 raise SessionError(f"no session {session} on this host (closed)", Reason.SESSION_CLOSED)
-            return sb.run
+            return sb.Popen
         if self._pool is not None:
-            return self._pool.run
-        from ..process import run as one_shot
-        return lambda args, **kw: one_shot(args, policy=self.policy, backend=self.backend, **kw)
+            return self._pool.Popen
+        from ..process import Popen
+        return lambda args, **kw: Popen(args, policy=self.policy, backend=self.backend, **kw)
 
     # ------------------------------------------------------------------ sessions
     def open_session(self) -> str:

@@ -129,6 +129,12 @@ def test_results_are_plain_data_with_truncated_output_and_timeouts(cluster, work
         small = sc.run(["head", "-c", "10", "/dev/zero"], capture_output=True)   # the control
         assert not small.stdout_truncated and len(small.stdout) == 10
         assert pickle.loads(pickle.dumps(big)) == big
+        # a command that prints without end: the host keeps OUTPUT_LIMIT bytes and drops the rest as it
+        # comes (held whole, three seconds of yes(1) would be gigabytes in the Ray worker)
+        endless = sc.run(["yes"], capture_output=True, timeout=3)
+        assert endless.timed_out and endless.stdout_truncated and endless.stdout == b"y\n" * (OUTPUT_LIMIT // 2)
+        echoed = sc.run(["cat"], input=b"abc" * 1000, capture_output=True)
+        assert echoed.stdout == b"abc" * 1000 and echoed.stderr == b"" and echoed.returncode == 0
         slow = sc.run(["sleep", "30"], timeout=0.5)
         assert slow.timed_out and slow.returncode is None
         with pytest.raises(__import__("subprocess").TimeoutExpired):
