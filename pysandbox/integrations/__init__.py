@@ -3,4 +3,6 @@
 
 - ``pysandbox.integrations.deepagents``: a LangChain Deep Agents sandbox backend
   (``pip install 'pysandbox[deepagents]'``).
+- ``pysandbox.integrations.ray``: ``SandboxCluster``, sandboxed commands across the nodes
+  of a Ray cluster (``pip install 'pysandbox[ray]'``).
 """
