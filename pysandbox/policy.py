@@ -23,6 +23,7 @@ from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, O
 from .limits import Limits
 from .seccomp import caller_programs, opt_in_calls
 from .records import dataclass, field, replace
+from .relpath import from_caller
 from .writable import check_policy as _check_writable, writable_sources
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
@@ -316,6 +317,8 @@ class Policy:
         symlinks when the policy is built, and bound at that canonical path),
         fresh ``/proc``, minimal ``/dev``, private ``/tmp``; new user, mount, pid, ipc,
         uts and (network deny or proxy) net namespaces; die with parent; new session.
+        A relative ``ro``, ``rw``, ``hide`` or ``tmpfs`` path is the caller's current directory's
+        (:mod:`pysandbox.relpath`), a relative ``chdir`` the workdir's (else ``/``'s), as ``cwd=`` is.
         ``allow_hosts`` with ``network="proxy"``: the proxy's allow-list (:class:`Network`). Extra
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs`` adds private tmpfs mounts.
         Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
@@ -345,6 +348,8 @@ class Policy:
                 raise PolicyError(f"workdir {given}: not a directory", Reason.INVALID_PATH, given, field="workdir")
             items.append((wd, 0, Bind(given, wd)))
             overrides.setdefault("chdir", wd)
+        if isinstance(overrides.get("chdir"), (str, bytes, os.PathLike)):   # relative: to the workdir, else /
+            overrides["chdir"] = _in_sandbox(overrides["chdir"], wd if workdir is not None else "/")
         for path in _paths(tmpfs, "tmpfs"):
             if path == "/":
                 raise PolicyError("tmpfs path '/' would replace the whole read-only host view with an empty "
@@ -422,6 +427,13 @@ def _absolute(path):
     return text
 
 
+def _in_sandbox(path, base: str):
+    """A relative ``chdir``: a sandbox path relative to ``base`` (the ``cwd=`` rule)."""
+    from .view import sandbox_cwd
+    text = os.fsdecode(path)
+    return text if not text or text.startswith("/") or "\x00" in text else sandbox_cwd(text, base)
+
+
 def _paths(values, what) -> list[str]:
     if values is None:
         return []
@@ -432,7 +444,7 @@ def _paths(values, what) -> list[str]:
     except TypeError:
         raise PolicyError(f"{what} must be a path or a list of paths: {values!r}",
                           Reason.INVALID_PATH, values, field=what) from None
-    return [check_path(v, f"{what} path", field=what) for v in values]
+    return [check_path(from_caller(v), f"{what} path", field=what) for v in values]
 
 
 def _check_source(path: str, field: str) -> None:

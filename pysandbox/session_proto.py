@@ -85,6 +85,10 @@ def failure(ev: Event, argv0: str, cwd: str) -> OSError:
     file it concerns (the working directory for chdir, the command for exec)."""
     err = ev.a or _errno.EIO
     if ev.b == STEP_CHDIR:
+        if err in (_errno.ENOENT, _errno.ENOTDIR):   # the one-shot launch's rule (view.check_start_directory)
+            from .errors import StartDirectoryMissing
+            return StartDirectoryMissing(f"cwd {cwd}: {'not a' if err == _errno.ENOTDIR else 'no such'} directory "
+                                         "in the sandbox view", cwd, err)
         return OSError(err, os.strerror(err), cwd)
     if ev.b == STEP_EXEC:
         return OSError(err, os.strerror(err), argv0)
