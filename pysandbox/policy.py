@@ -23,7 +23,7 @@ from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, O
 from .limits import Limits
 from .seccomp import caller_programs, opt_in_calls
 from .records import dataclass, field, replace
-from .relpath import from_caller
+from .relpath import from_caller as _absolute, in_sandbox, paths as _paths
 from .writable import check_policy as _check_writable, writable_sources
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
@@ -338,7 +338,7 @@ class Policy:
                 _check_source(real, what)
                 items.append((real, 0, Bind(path, real, readonly=what == "ro")))
         if workdir is not None:
-            given = check_path(_absolute(workdir), "workdir", field="workdir")
+            given = check_path(_absolute(workdir, lexical=True), "workdir", field="workdir")
             wd = canonical(given)
             if wd == "/":   # also a symlink to /: checked where it points
                 raise PolicyError("workdir '/' would bind the whole host filesystem read-write: name a "
@@ -348,8 +348,8 @@ class Policy:
                 raise PolicyError(f"workdir {given}: not a directory", Reason.INVALID_PATH, given, field="workdir")
             items.append((wd, 0, Bind(given, wd)))
             overrides.setdefault("chdir", wd)
-        if isinstance(overrides.get("chdir"), (str, bytes, os.PathLike)):   # relative: to the workdir, else /
-            overrides["chdir"] = _in_sandbox(overrides["chdir"], wd if workdir is not None else "/")
+        if overrides.get("chdir") is not None:   # relative: to the workdir, else /
+            overrides["chdir"] = in_sandbox(overrides["chdir"], wd if workdir is not None else "/")
         for path in _paths(tmpfs, "tmpfs"):
             if path == "/":
                 raise PolicyError("tmpfs path '/' would replace the whole read-only host view with an empty "
@@ -414,37 +414,6 @@ class Policy:
         with an upper directory)."""
         return tuple(op.dest for op in self.fs
                      if (isinstance(op, Bind) and not op.readonly) or (isinstance(op, Overlay) and op.writable))
-
-
-def _absolute(path):
-    """A relative workdir is taken relative to the caller's current directory."""
-    try:
-        text = os.fspath(path)
-    except TypeError:
-        return path  # check_path reports the type
-    if isinstance(text, str) and text and "\x00" not in text and not text.startswith("/"):
-        return os.path.abspath(text)
-    return text
-
-
-def _in_sandbox(path, base: str):
-    """A relative ``chdir``: a sandbox path relative to ``base`` (the ``cwd=`` rule)."""
-    from .view import sandbox_cwd
-    text = os.fsdecode(path)
-    return text if not text or text.startswith("/") or "\x00" in text else sandbox_cwd(text, base)
-
-
-def _paths(values, what) -> list[str]:
-    if values is None:
-        return []
-    if isinstance(values, (str, bytes, os.PathLike)):
-        values = [values]
-    try:
-        values = list(values)
-    except TypeError:
-        raise PolicyError(f"{what} must be a path or a list of paths: {values!r}",
-                          Reason.INVALID_PATH, values, field=what) from None
-    return [check_path(from_caller(v), f"{what} path", field=what) for v in values]
 
 
 def _check_source(path: str, field: str) -> None:

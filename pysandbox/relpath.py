@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import os
 
+from .checks import check_path
+from .errors import PolicyError, Reason
 
-def from_caller(path):
+
+def from_caller(path, lexical: bool = False):
     """``path`` made absolute against the current directory when it is a relative str,
     bytes or PathLike; anything else (absolute, empty, NUL, not a path) unchanged, for
-    the path check to judge and report."""
+    the path check to judge and report. ``lexical``: ``os.path.abspath``'s rule (the
+    workdir's, as it always was: it is canonicalised and judged after)."""
     try:
         text = os.fspath(path)
     except TypeError:
@@ -27,9 +31,41 @@ def from_caller(path):
         text = os.fsdecode(text)
     if not isinstance(text, str) or not text or "\x00" in text or text.startswith("/"):
         return text
+    if lexical:
+        return os.path.abspath(text)
     base = os.getcwd()
     parts = text.split("/")
     while parts and parts[0] in ("..", ".", ""):
         if parts.pop(0) == "..":
             base = os.path.dirname(base)
     return base.rstrip("/") + "/" + "/".join(parts) if parts else base
+
+
+def in_sandbox(path, base: str):
+    """A relative ``chdir``: the sandbox path relative to ``base`` (the workdir, else
+    ``/``), the rule of ``cwd=`` (:func:`pysandbox.view.sandbox_cwd`)."""
+    from .view import sandbox_cwd
+    try:
+        text = os.fsdecode(path)
+    except TypeError:
+        return path   # the Policy's check reports the type
+    return text if not text or text.startswith("/") or "\x00" in text else sandbox_cwd(text, base)
+
+
+def paths(values, what) -> list[str]:
+    """``ro``/``rw``/``hide``/``tmpfs`` of ``Policy.default``: one path or a list, each
+    made absolute (:func:`from_caller`) and checked.
+
+    Raises:
+        PolicyError (invalid_path): not a path or a list of paths; a bad path.
+    """
+    if values is None:
+        return []
+    if isinstance(values, (str, bytes, os.PathLike)):
+        values = [values]
+    try:
+        values = list(values)
+    except TypeError:
+        raise PolicyError(f"{what} must be a path or a list of paths: {values!r}",
+                          Reason.INVALID_PATH, values, field=what) from None
+    return [check_path(from_caller(v), f"{what} path", field=what) for v in values]

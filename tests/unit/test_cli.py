@@ -55,10 +55,11 @@ def test_usage_errors_exit_2_without_traceback(argv, capsys):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["run", "--rw", "relative/path", "--", "true"], "invalid_path"),
+    (["run", "--rw", "relative/path", "--", "true"], "bind_source_missing"),   # relative: the caller's directory's
+    (["run", "--rw", "a/../b", "--", "true"], "invalid_path"),                  # '..' after a name: not guessed
     (["run", "--ro", "/definitely/not/here/pysandbox", "--", "true"], "bind_source_missing"),
     (["run", "--setenv", "A=B", "x", "--", "true"], "invalid_value"),
-    (["run", "--chdir", "rel", "--", "true"], "invalid_path"),
+    (["run", "--chdir", "rel", "--", "true"], "invalid_path"),   # relative: the workdir's; none there
     (["run", "--workdir", "/", "--", "true"], "workdir_too_broad"),
     (["run", "--workdir", "//.", "--", "true"], "workdir_too_broad"),
     (["run", "--allow-io-uring", "--", "true"], "conflicting_options"),                # network deny
