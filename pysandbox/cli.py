@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from . import __version__, cli_limits, cli_proxy, cli_seccomp
+from . import __version__, cli_home, cli_limits, cli_proxy, cli_seccomp
 from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
 from .writable import home_directories
@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cover PATH with an empty, inaccessible node (repeatable)")
     run.add_argument("--tmpfs", metavar="PATH", action="append", default=[],
                      help="mount a private tmpfs on PATH (repeatable)")
+    cli_home.add_arguments(run)
     run.add_argument("--chdir", metavar="PATH", help="directory to start in (default: the workdir, else /)")
     run.add_argument("--setenv", metavar=("NAME", "VALUE"), nargs=2, action="append", default=[],
                      help="set an environment variable (repeatable)")
@@ -235,7 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.profile is not None:
             from .profile import load
-            profile = load(args.profile)
+            try:
+                profile = load(args.profile)
+            except PolicyError as exc:   # a key's error names the file, line and key: never an option
+                if exc.field == "profile":
+                    raise
+                _say(f"{exc.reason.value}: {exc.args[0]}")
+                return EXIT_USAGE
         if args.cmd == "status":
             return _status(args, profile)
         return _run(parser, args, profile)
@@ -268,6 +275,7 @@ def _policy(args, profile=None):
         kw[name] = list(kw.get(name, ())) + list(getattr(args, name if name != "allow_hosts" else "allow_host"))
     if args.chdir is not None:
         kw["chdir"] = args.chdir
+    cli_home.merge(kw, args)
     env = kw.get("env", Env())
     keep = env.keep
     if args.keep_env is not None:

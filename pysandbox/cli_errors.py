@@ -8,12 +8,14 @@ import os
 import re
 
 from . import cli_limits
+from .relpath import from_caller
 
 # The exit statuses of `pysandbox run` besides the command's own (README, "Exit status")
 EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 # Policy field (PolicyError.field) -> the option that sets it
 OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw",
              "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", "allow_syscalls": "--allow-syscall",
+             "home": "--home", "home_files": "--home-file",
              **cli_limits.OPTION_OF}
 _STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
 
@@ -50,7 +52,7 @@ def describe(exc, args, profile=None) -> str:
         return f"{reason}: {message}"
     shown = value if isinstance(value, str) else None
     if isinstance(given, list):
-        shown = next((g for g in given if g == value or _canon(g) == value), shown)
+        shown = next((g for g in given if value in (g, _canon(g), from_caller(g))), shown)
     elif isinstance(given, str):
         shown = given
     elif field == "workdir" and not getattr(args, "no_workdir", False):
@@ -65,8 +67,10 @@ def _given(args, field):
     """What the command line gave for a Policy field: a list, a string or None."""
     if field in ("ro", "rw", "hide", "tmpfs"):
         return getattr(args, field, None) or None
-    if field in ("chdir", "workdir"):
+    if field in ("chdir", "workdir", "home"):
         return getattr(args, field, None)
+    if field == "home_files":
+        return getattr(args, "home_file", None) or None
     return None
 
 

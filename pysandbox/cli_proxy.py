@@ -18,22 +18,17 @@ SHOWN = 5   # distinct refusals named in the summary line; the rest are counted
 
 def setup_logging(verbose: bool) -> None:
     """The command line's logging: ``--verbose`` every ``pysandbox`` record at DEBUG; else
-    its warnings, the proxy's records left out (the summary line tells them)."""
-    import logging
-    from .logs import logger
-    log = logger()
+    its warnings, the proxy's records left out (:mod:`pysandbox.logs`; no import of
+    :mod:`logging` until something logs)."""
+    from . import logs
     if verbose:
+        import logging
         logging.basicConfig(format="%(message)s", level=logging.WARNING)
-        log.setLevel(logging.DEBUG)   # the pysandbox logger only, not every library's
+        logs.logger().setLevel(logging.DEBUG)   # the pysandbox logger only, not every library's
         return
-    for old in [h for h in log.handlers if getattr(h, "_pysandbox_cli", False)]:
-        log.removeHandler(old)   # main() called again in one process (tests): one handler
-    handler = logging.StreamHandler()   # sys.stderr as it is at each record
-    handler._pysandbox_cli = True
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.setLevel(logging.WARNING)
-    handler.addFilter(lambda record: not record.name.startswith("pysandbox.proxy"))
-    log.addHandler(handler)
+    logs.stderr_warnings = True
+    if "logging" in sys.modules:
+        logs.logger()   # loggers made before this call (an earlier main() in one process)
 
 
 def summary(egress) -> str | None:
@@ -41,10 +36,10 @@ def summary(egress) -> str | None:
     an :class:`pysandbox.egress.Egress` that refused any, else None. Host names come from
     the sandbox: they are printable ASCII already (the proxy escapes them) and escaped
     again here."""
-    from .proxy.events import REFUSED, printable
     refused = egress.counts.get("refused", 0) if egress is not None else 0
     if not refused:
         return None
+    from .proxy.events import REFUSED, printable
     seen: dict = {}
     for event in egress.events:
         if event.verdict == REFUSED:

@@ -20,6 +20,7 @@ from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
                  Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
+from .home import scratch_items, visible_hides
 from .limits import Limits
 from .seccomp import caller_programs, opt_in_calls
 from .records import dataclass, field, replace
@@ -324,6 +325,7 @@ class Policy:
         Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
         (authority.py) that exists now is masked and its variables unset, unless ``keep_authority_sockets``;
         the credential stores that exist now are hidden (credentials.py) unless ``hide_credentials=False``.
+        ``home="tmpfs"``: a private, empty, writable HOME, seeded read-only with ``home_files`` (home.py).
 
         Raises:
             PolicyError: a bad path, a missing bind source, or a bad override;
@@ -350,6 +352,8 @@ class Policy:
             overrides.setdefault("chdir", wd)
         if overrides.get("chdir") is not None:   # relative: to the workdir, else /
             overrides["chdir"] = in_sandbox(overrides["chdir"], wd if workdir is not None else "/")
+        scratch = scratch_items(overrides.pop("home", "host"), overrides.pop("home_files", ()))   # home.py
+        items += scratch
         for path in _paths(tmpfs, "tmpfs"):
             if path == "/":
                 raise PolicyError("tmpfs path '/' would replace the whole read-only host view with an empty "
@@ -371,7 +375,8 @@ class Policy:
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
-            op for _, _, op in items) + default_hides(items, overrides.pop("hide_credentials", True))
+            op for _, _, op in items) + visible_hides(default_hides(items, overrides.pop("hide_credentials", True)),
+                                                      scratch)
         if isinstance(network, str):
             network = Network(network, allow_hosts)
         elif allow_hosts:

@@ -53,12 +53,15 @@ def test_import_pysandbox_and_a_launch_leave_the_root_logger_alone():
     assert bare.stderr == "proxy refused x\n"
 
 
-def test_cli_logging_shows_warnings_but_not_proxy_records(capsys):
+def test_cli_logging_shows_warnings_but_not_proxy_records(monkeypatch):
+    from pysandbox import logs
     log = logging.getLogger("pysandbox")
     before = list(log.handlers)
+    monkeypatch.setattr(logs, "stderr_warnings", False)
     try:
         cli_proxy.setup_logging(False)
         cli_proxy.setup_logging(False)   # twice in one process: one handler
+        logs.logger("pysandbox.proxy")
         assert sum(getattr(h, "_pysandbox_cli", False) for h in log.handlers) == 1
         handler = next(h for h in log.handlers if getattr(h, "_pysandbox_cli", False))
         shown = logging.LogRecord("pysandbox", logging.WARNING, __file__, 1, "native unavailable", (), None)
@@ -66,3 +69,13 @@ def test_cli_logging_shows_warnings_but_not_proxy_records(capsys):
         assert handler.filter(shown) and not handler.filter(proxy)
     finally:
         log.handlers[:] = before
+
+
+def test_cli_fallback_warning_still_reaches_stderr():
+    """The native-to-bwrap fallback warning (backends/__init__.py) reached a CLI user's
+    stderr through the last resort; with the library's NullHandler the CLI shows it."""
+    code = ("import logging, sys\nfrom pysandbox import cli_proxy, logs\ncli_proxy.setup_logging(False)\n"
+            "logs.logger().warning('pysandbox: native backend unavailable (x); using bwrap')\n"
+            "logs.logger('pysandbox.proxy').warning('proxy refused connect a:1')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stderr == "pysandbox: native backend unavailable (x); using bwrap\n", done
