@@ -14,7 +14,7 @@ import signal
 import sys
 
 from . import __version__, cli_home, cli_limits, cli_proxy, cli_seccomp
-from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed  # noqa: F401
+from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed, write_line  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
 from .writable import home_directories
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -223,7 +223,7 @@ def _seconds(text: str) -> float:
 
 
 def _say(message: str) -> None:
-    print(f"{PROG}: " + " ".join(str(message).split()), file=sys.stderr, flush=True)
+    write_line(f"{PROG}: " + " ".join(str(message).split()))   # a path's own bytes, not \udcff
 
 
 def main(argv: list[str] | None = None) -> int:

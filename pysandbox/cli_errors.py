@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 from . import cli_limits
 from .relpath import from_caller
@@ -18,6 +19,19 @@ OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--wo
              "home": "--home", "home_files": "--home-file",
              **cli_limits.OPTION_OF}
 _STEP_DETAIL = re.compile(r" \(plan step \d+, native op \d+ \w+\)")
+
+
+def write_line(text: str) -> None:
+    """``text`` and a newline on stderr, a path's bytes that are not UTF-8 written as those
+    bytes (the surrogateescape form ``os.fsdecode`` gave them), as pybwrap and the shell
+    echo them, instead of Python's ``\\udcff`` escapes."""
+    sys.stderr.flush()
+    buffer = getattr(sys.stderr, "buffer", None)
+    if buffer is None:   # a text-only stream (a caller's redirect): its own error handler
+        print(text, file=sys.stderr, flush=True)
+        return
+    buffer.write(text.encode(sys.stderr.encoding or "utf-8", "surrogateescape") + b"\n")
+    buffer.flush()
 
 
 def without_step(message: str) -> str:
