@@ -70,10 +70,12 @@ def draw(samples: dict, mounts: dict, path: str, title: str = "") -> list[str]:
     left.legend(fontsize=8, loc="lower right")
     for name, points in curves.items():
         right.plot([b for b, _ in points], [m * 1e3 for _, m in points], marker="o", label=name)
-    right.set_xlabel("extra read-only binds")
-    right.set_ylabel("median launch, ms")
+    right.set_xscale("symlog", linthresh=10)
+    right.set_yscale("log")
+    right.set_xlabel("extra read-only binds (0, then log)")
+    right.set_ylabel("median launch, ms (log)")
     right.set_title("Mount scaling")
-    right.grid(True, alpha=0.3)
+    right.grid(True, which="both", alpha=0.3)
     if curves:
         right.legend(fontsize=8)
     if title:
