@@ -36,9 +36,10 @@ def _warn(exc: BaseException) -> None:
 
 class OptionalBuildExt(build_ext):
     """build_ext whose compile failure is a warning, not an error (unless REQUIRE_ENV):
-    the extension is then absent, also from the source tree of an in-place build
-    (``pip install -e``), where a module left by an earlier build would otherwise be
-    loaded as if this build had made it."""
+    the extension is then absent, also from the build directory (``build/lib...``, where
+    ``pip wheel`` or an earlier ``pip install .`` left one that ``pip install .`` would
+    otherwise ship) and from the source tree of an in-place build (``pip install -e``),
+    where a module left by an earlier build would be loaded as if this build had made it."""
 
     def run(self):
         required = os.environ.get(REQUIRE_ENV) == "1"
@@ -52,12 +53,16 @@ class OptionalBuildExt(build_ext):
                 raise
             _warn(exc)
             self._failed = list(self.extensions)
-        if self._failed and self.inplace:
-            build_py = self.get_finalized_command("build_py")
-            for ext in self._failed:
-                inplace_file, _ = self._get_inplace_equivalent(build_py, ext)
-                if os.path.exists(inplace_file):
-                    os.remove(inplace_file)
+        for ext in self._failed:
+            # A module an earlier build left (build/lib... after `pip wheel`, or the source tree
+            # of an in-place build) would be installed as if this build had made it: remove it.
+            stale = [self.get_ext_fullpath(ext.name)]
+            if self.inplace:
+                stale.append(self._get_inplace_equivalent(self.get_finalized_command("build_py"), ext)[0])
+            for path in dict.fromkeys(stale):
+                if os.path.exists(path):
+                    os.remove(path)
+                    print(f"WARNING: pysandbox: removed {path}, left by an earlier build", file=sys.stderr)
 
     def build_extension(self, ext):
         try:

@@ -3,6 +3,7 @@
 
     python benchmarks/run.py            # the full run (a few minutes)
     python benchmarks/run.py --quick    # CI: proves every contender and section works (<1 min)
+    python benchmarks/run.py --sections launch,mounts,session,pool --plot launch.png   # the picture
 
 Contenders (each launches /bin/true; see contenders.py): plain spawn, the floor
 program, pysandbox native, pysandbox's bwrap backend, raw bwrap. Sections: launch
@@ -54,6 +55,7 @@ class Report:
     def __init__(self):
         self.missing: list[str] = []
         self.results: dict = {}
+        self.samples: dict = {}   # section -> label -> seconds per launch (--plot's distributions)
         self.targets: list = []   # (description, value, limit, verdict)
 
     def out(self, line: str = "") -> None:
@@ -99,6 +101,7 @@ def section_launch(report: Report, cfg: dict, deadline: float) -> None:
                 pool.append(c)
     cpu: dict = {}
     samples = M.alternate(pool, cfg["launch_rounds"], warmup=3, deadline=deadline, cpu=cpu)
+    report.samples["launch"] = samples
     stats = {label: Summary.of(s) for label, s in samples.items()}
     cpu_mean = {label: statistics.fmean(v) for label, v in cpu.items()}
     report.results["launch"] = {k: dict(vars(v), cpu_mean=cpu_mean[k]) for k, v in stats.items()}
@@ -420,6 +423,8 @@ def main(argv=None) -> int:
     ap.add_argument("--allow-missing", action="store_true",
                     help="exit 0 even if a contender cannot run here (it is reported)")
     ap.add_argument("--json", metavar="PATH", help="also write the raw results as JSON")
+    ap.add_argument("--plot", metavar="FILE.png", help="also draw the launch latency distributions and the "
+                    "mount scaling curves (benchmarks/plot.py; needs matplotlib: pysandbox[plot])")
     args = ap.parse_args(argv)
     cfg = dict(QUICK if args.quick else FULL)
     if args.rounds:
@@ -427,6 +432,11 @@ def main(argv=None) -> int:
     if args.soak:
         cfg["soak"] = args.soak
         cfg["soak_chunk"] = max(1, min(1000, args.soak // 5))
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (before the run, not after minutes of it)
+        except ImportError:
+            ap.error("--plot needs matplotlib: pip install 'pysandbox[plot]'")
     names = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = [s for s in names if s not in SECTIONS]
     if bad:
@@ -460,6 +470,11 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(dict(report.results, targets=report.targets, missing=report.missing, date=now,
                            machine=M.machine()), f, indent=2, default=str)
+    if args.plot:
+        import plot
+        drawn = plot.draw(report.samples, report.results.get("mounts", {}), args.plot,
+                          title=f"pysandbox {now}; {M.machine()}")
+        report.out(f"plot: {args.plot} ({', '.join(drawn)})")
     if failed or (report.missing and not args.allow_missing):
         return 1
     return 0

@@ -90,6 +90,7 @@ def section_session(report, cfg: dict, deadline: float) -> None:
                  for b, sb in boxes.items()]
         cpu: dict = {}
         samples = M.alternate(pool, rounds, warmup=20, deadline=deadline, cpu=cpu)
+        report.samples["session"] = samples   # run.py --plot
     finally:
         for sb in boxes.values():
             sb.close()
@@ -174,6 +175,7 @@ def section_pool(report, cfg: dict, deadline: float) -> None:
         contenders = [Call("plain", _plain(), before=idle)] + \
                      [Call(f"pool {b}", lambda b=b: call(b), before=idle) for b in pools]
         samples = M.alternate(contenders, rounds, warmup=2, deadline=deadline, interval=1 / pace)
+        report.samples["pool"] = samples   # run.py --plot
         stage_mean = {b: pl.stats()["stage_seconds_mean"] for b, pl in pools.items()}
     finally:
         for pl in pools.values():

@@ -44,4 +44,6 @@ def bwrap_message(exc) -> str:
         return f"{BWRAP_SETNS_WORDING[stage]}: {os.strerror(err)}"
     if stage in BWRAP_WORDING and err and name:
         return f"{BWRAP_WORDING[stage].format(name)}: {os.strerror(err)}"
-    return exc.args[0] if exc.args else exc.reason.value
+    message = exc.args[0] if exc.args else exc.reason.value
+    # pysandbox's API hint, in pybwrap's own switch (bwrap_compat/cli.py reads PYBWRAP_BACKEND)
+    return message.replace("use backend='bwrap'", "set PYBWRAP_BACKEND=bwrap (run bubblewrap itself)")

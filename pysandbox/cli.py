@@ -13,8 +13,8 @@ import os
 import signal
 import sys
 
-from . import __version__, cli_limits, cli_seccomp, cli_workspace
-from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed  # noqa: F401
+from . import __version__, cli_home, cli_limits, cli_proxy, cli_seccomp, cli_workspace
+from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed, write_line  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
 from .writable import home_directories
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -64,7 +64,8 @@ option or the profile's file, line and key; --verbose adds the plan step of a se
 failure and logs the backend choice and the setup's steps with their timings.
 
 network proxy: deny's namespace plus an HTTP/SOCKS5 proxy at 127.0.0.1:3128 (HTTP(S)_PROXY, ALL_PROXY;
-NO_PROXY unset) for the --allow-host names only ("*." wildcards); --verbose prints refusals.
+NO_PROXY unset) for the --allow-host names only ("*." wildcards); one line at exit sums up the
+refusals (pysandbox: proxy refused N connections: HOST:PORT (reason), ...); --verbose prints each.
 
 kernel surface: the built-in seccomp filter refuses keyctl/add_key/request_key (the
 caller's session keyring stays out of reach), io_uring (unless --allow-io-uring with
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="cover PATH with an empty, inaccessible node (repeatable)")
     run.add_argument("--tmpfs", metavar="PATH", action="append", default=[],
                      help="mount a private tmpfs on PATH (repeatable)")
+    cli_home.add_arguments(run)
     run.add_argument("--chdir", metavar="PATH", help="directory to start in (default: the workdir, else /)")
     run.add_argument("--setenv", metavar=("NAME", "VALUE"), nargs=2, action="append", default=[],
                      help="set an environment variable (repeatable)")
@@ -225,24 +227,26 @@ def _seconds(text: str) -> float:
 
 
 def _say(message: str) -> None:
-    print(f"{PROG}: " + " ".join(str(message).split()), file=sys.stderr, flush=True)
+    write_line(f"{PROG}: " + " ".join(str(message).split()))   # a path's own bytes, not \udcff
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``pysandbox`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.verbose:   # else a warning reaches stderr through logging's last resort, as "%(message)s"
-        import logging
-        logging.basicConfig(format="%(message)s", level=logging.WARNING)
-        # the pysandbox logger only (backend choice, plan steps, timings), not every library's
-        logging.getLogger("pysandbox").setLevel(logging.DEBUG)
+    cli_proxy.setup_logging(args.verbose)   # --verbose: every record; else warnings, the proxy's summed up
     from .errors import PolicyError, SandboxError
     profile = None
     try:
         if args.profile is not None:
             from .profile import load
-            profile = load(args.profile)
+            try:
+                profile = load(args.profile)
+            except PolicyError as exc:   # a key's error names the file, line and key: never an option
+                if exc.field == "profile":
+                    raise
+                _say(f"{exc.reason.value}: {exc.args[0]}")
+                return EXIT_USAGE
         if args.cmd == "status":
             return _status(args, profile)
         return cli_workspace.finished(args, lambda: _run(parser, args, profile))
@@ -276,6 +280,7 @@ def _policy(args, profile=None):
         kw[name] = list(kw.get(name, ())) + list(getattr(args, name if name != "allow_hosts" else "allow_host"))
     if args.chdir is not None:
         kw["chdir"] = args.chdir
+    cli_home.merge(kw, args)
     env = kw.get("env", Env())
     keep = env.keep
     if args.keep_env is not None:
@@ -296,9 +301,6 @@ def _policy(args, profile=None):
     policy = Policy.default(**kw)
     if profile is not None:
         profile.check_outside(policy)
-    if policy.network.mode == "proxy" and not args.verbose:
-        from .egress import quiet_events
-        quiet_events()   # the proxy's refusals (warnings) reach stderr with --verbose only
     return policy
 
 
@@ -392,6 +394,7 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
              f"SIGKILL to the sandbox {GRACE:g} seconds later")
         code = stop(proc, GRACE)
     cli_limits.report(proc)
+    cli_proxy.report(proc)
     return exit_status(code)
 
 
@@ -415,6 +418,7 @@ def _run_in_terminal(args, command, policy) -> int:
     except OSError as exc:
         return start_failed(command, exc, _say)
     cli_limits.report(*procs)
+    cli_proxy.report(*procs)
     return exit_status(code)
 
 

@@ -6,16 +6,32 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 
 from . import cli_limits
+from .relpath import from_caller
 
 # The exit statuses of `pysandbox run` besides the command's own (README, "Exit status")
 EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 # Policy field (PolicyError.field) -> the option that sets it
 OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--workdir", "ro": "--ro", "rw": "--rw",
              "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", "allow_syscalls": "--allow-syscall",
+             "home": "--home", "home_files": "--home-file",
              **cli_limits.OPTION_OF}
 _STEP_DETAIL = re.compile(r" \(((plan step \d+|plan rlimits \S+), )?(native op \d+|tail step) \w+\)")
+
+
+def write_line(text: str) -> None:
+    """``text`` and a newline on stderr, a path's bytes that are not UTF-8 written as those
+    bytes (the surrogateescape form ``os.fsdecode`` gave them), as pybwrap and the shell
+    echo them, instead of Python's ``\\udcff`` escapes."""
+    sys.stderr.flush()
+    buffer = getattr(sys.stderr, "buffer", None)
+    if buffer is None:   # a text-only stream (a caller's redirect): its own error handler
+        print(text, file=sys.stderr, flush=True)
+        return
+    buffer.write(text.encode(sys.stderr.encoding or "utf-8", "surrogateescape") + b"\n")
+    buffer.flush()
 
 
 def without_step(message: str) -> str:
@@ -51,7 +67,7 @@ def describe(exc, args, profile=None) -> str:
         return f"{reason}: {message}"
     shown = value if isinstance(value, str) else None
     if isinstance(given, list):
-        shown = next((g for g in given if g == value or _canon(g) == value), shown)
+        shown = next((g for g in given if value in (g, _canon(g), from_caller(g))), shown)
     elif isinstance(given, str):
         shown = given
     elif field == "workdir" and not getattr(args, "no_workdir", False):
@@ -66,8 +82,10 @@ def _given(args, field):
     """What the command line gave for a Policy field: a list, a string or None."""
     if field in ("ro", "rw", "hide", "tmpfs"):
         return getattr(args, field, None) or None
-    if field in ("chdir", "workdir"):
+    if field in ("chdir", "workdir", "home"):
         return getattr(args, field, None)
+    if field == "home_files":
+        return getattr(args, "home_file", None) or None
     return None
 
 

@@ -46,7 +46,7 @@ import stat
 from collections.abc import Iterable, Mapping
 
 from .errors import PolicyError, Reason
-from .fs import Hide
+from .fs import Bind, Hide, Tmpfs
 from .records import dataclass
 
 __all__ = ["ENV_STORES", "HOME_STORES", "SYSTEM_STORES", "CredentialStore", "candidates", "coverage",
@@ -267,6 +267,18 @@ def _around(path: str, named: set) -> list[str]:
     return out
 
 
+def _shown(store: str, policy) -> bool:
+    """Whether the last of the policy's mounts covering ``store`` is a host bind (the
+    read-only ``/``, a bind of it or above it), not a tmpfs."""
+    last = None
+    for op in policy.fs:
+        if isinstance(op, Tmpfs) and (op.dest == store or _under(store, op.dest)):
+            last = op
+        elif isinstance(op, Bind) and op.src is not None and (op.dest == store or _under(store, op.dest)):
+            last = op
+    return not isinstance(last, Tmpfs)
+
+
 def coverage(policy, environ: Mapping[str, str] | None = None) -> dict:
     """What the policy does about credential stores, for ``status`` and audits:
     ``hidden`` (the policy's hides that cover a present store or part of one),
@@ -275,7 +287,12 @@ def coverage(policy, environ: Mapping[str, str] | None = None) -> dict:
     stores = [s.path for s in present(environ)]
     hidden_paths = [op.path for op in policy.fs if isinstance(op, Hide)]
     hidden = [h for h in hidden_paths if any(h == s or _under(h, s) or _under(s, h) for s in stores)]
-    readable = [s for s in stores if not any(h == s or _under(h, s) or _under(s, h) for h in hidden_paths)]
+    # a tmpfs over a store (a scratch HOME, home.py) hides it whole, unless a later bind shows it again
+    covers = [op.dest for op in policy.fs if isinstance(op, Tmpfs) and any(_under(s, op.dest) for s in stores)
+              and any(not _shown(s, policy) for s in stores if _under(s, op.dest))]
+    hidden += covers
+    readable = [s for s in stores if _shown(s, policy)
+                and not any(h == s or _under(h, s) or _under(s, h) for h in hidden_paths)]
     if hidden:
         scope = ("the well-known credential stores (ssh and gpg keys, cloud, cluster, registry and git-hosting "
                  "tokens, password stores and keyrings; /etc/shadow and host keys for a root caller) that "

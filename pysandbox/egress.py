@@ -40,13 +40,6 @@ def apply_proxy_env(env: dict[str, str], port: int = PROXY_PORT) -> None:
     env.update(proxy_env(port))
 
 
-def quiet_events() -> None:
-    """Keep the engine's event records (refusals are warnings) off stderr when nothing
-    configured logging: ``pysandbox run`` without ``--verbose``."""
-    import logging
-    logging.getLogger("pysandbox.proxy").addHandler(logging.NullHandler())
-
-
 def check_callback(on_event) -> None:
     if on_event is not None and not callable(on_event):
         raise PolicyError("on_proxy_event must be callable", Reason.INVALID_VALUE, on_event)

@@ -106,6 +106,20 @@ class BwrapArgumentError(PolicyError):
     default_reason = Reason.BWRAP_ARGUMENT_INVALID
 
 
+class StartDirectoryMissing(PolicyError, FileNotFoundError):
+    """No directory where the command is to start (``cwd=``, ``chdir``): one rule for a
+    one-shot launch, which checks the sandbox's view before it starts, and a session,
+    whose server finds out at its chdir. A :class:`PolicyError` (``invalid_path``) and,
+    as ``subprocess`` raises it, a :class:`FileNotFoundError` (``errno`` ENOENT or
+    ENOTDIR, ``filename`` the sandbox path)."""
+
+    default_reason = Reason.INVALID_PATH
+
+    def __init__(self, message: str, path=None, errno: int = 2, field: str | None = None):
+        super().__init__(message, Reason.INVALID_PATH, path, field=field)
+        self.errno, self.strerror, self.filename = errno, message, path
+
+
 class BackendUnavailable(SandboxError, RuntimeError):
     """The chosen backend cannot run here."""
 

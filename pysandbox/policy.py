@@ -23,9 +23,11 @@ from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
                  Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
+from .home import scratch_items, visible_hides
 from .limits import Limits
 from .seccomp import caller_programs, opt_in_calls
 from .records import dataclass, field, replace
+from .relpath import from_caller as _absolute, in_sandbox, paths as _paths
 from .writable import check_policy as _check_writable, writable_sources
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
@@ -249,6 +251,8 @@ class Policy:
         the initial directory (``workdir``, ``ro`` and ``rw`` paths are taken as the host resolves their symlinks
         when the policy is built, and bound at that canonical path), fresh ``/proc``, minimal ``/dev``, private
         ``/tmp``; new user, mount, pid, ipc, uts and (network deny or proxy) net namespaces; die with parent; new session.
+        A relative ``ro``, ``rw``, ``hide`` or ``tmpfs`` path is the caller's current directory's
+        (:mod:`pysandbox.relpath`), a relative ``chdir`` the workdir's (else ``/``'s), as ``cwd=`` is.
         ``allow_hosts`` with ``network="proxy"``: the proxy's allow-list (:class:`Network`). Extra
         ``ro``/``rw`` binds keep their host path; ``hide`` covers paths; ``tmpfs`` adds private tmpfs mounts.
         Nested paths are applied parents first. In network deny mode the well-known Unix-socket authority
@@ -257,6 +261,7 @@ class Policy:
         secrets are left out of the command's environment (env_secrets.py), unless ``hide_credentials=False``;
         the ``.git`` at the top of each writable path is read-only (gitmeta.py) unless ``protect_git=False``,
         and so is the launcher's own Python environment where it lies inside one (launcher_files.py).
+        ``home="tmpfs"``: a private, empty, writable HOME, seeded read-only with ``home_files`` (home.py).
 
         Raises:
             PolicyError: a bad path, a missing bind source, a bad override; ``workdir_too_broad`` for ``/``.
@@ -272,7 +277,7 @@ class Policy:
         if hasattr(workdir, "policy_ops"):   # a Workspace: an overlay on the project (workspace.py)
             items += workdir.policy_ops(overrides)
         elif workdir is not None:
-            given = check_path(_absolute(workdir), "workdir", field="workdir")
+            given = check_path(_absolute(workdir, lexical=True), "workdir", field="workdir")
             wd = canonical(given)
             if wd == "/":   # also a symlink to /: checked where it points
                 raise PolicyError("workdir '/' would bind the whole host filesystem read-write: name a "
@@ -282,6 +287,10 @@ class Policy:
                 raise PolicyError(f"workdir {given}: not a directory", Reason.INVALID_PATH, given, field="workdir")
             items.append((wd, 0, Bind(given, wd)))
             overrides.setdefault("chdir", wd)
+        if overrides.get("chdir") is not None:   # relative: to the workdir, else /
+            overrides["chdir"] = in_sandbox(overrides["chdir"], wd if workdir is not None else "/")
+        scratch = scratch_items(overrides.pop("home", "host"), overrides.pop("home_files", ()))   # home.py
+        items += scratch
         for path in _paths(tmpfs, "tmpfs"):
             if path == "/":
                 raise PolicyError("tmpfs path '/' would replace the whole read-only host view with an empty "
@@ -309,7 +318,7 @@ class Policy:
             overrides["env"] = replace(env, drop_secrets=True)   # env_secrets.py: keys in variables too
         items.sort(key=lambda t: (t[0].count("/") if t[0] != "/" else 0, t[1]))
         fs = (Bind("/", "/", readonly=True), Dev("/dev"), Proc("/proc"), Tmpfs("/tmp")) + tuple(
-            op for _, _, op in items) + git_binds + default_hides(items, hide_credentials)
+            op for _, _, op in items) + git_binds + visible_hides(default_hides(items, hide_credentials), scratch)
         if isinstance(network, str):
             network = Network(network, allow_hosts)
         elif allow_hosts:
@@ -352,30 +361,6 @@ class Policy:
         with an upper directory)."""
         return tuple(op.dest for op in self.fs
                      if (isinstance(op, Bind) and not op.readonly) or (isinstance(op, Overlay) and op.writable))
-
-
-def _absolute(path):
-    """A relative workdir is taken relative to the caller's current directory."""
-    try:
-        text = os.fspath(path)
-    except TypeError:
-        return path  # check_path reports the type
-    if isinstance(text, str) and text and "\x00" not in text and not text.startswith("/"):
-        return os.path.abspath(text)
-    return text
-
-
-def _paths(values, what) -> list[str]:
-    if values is None:
-        return []
-    if isinstance(values, (str, bytes, os.PathLike)):
-        values = [values]
-    try:
-        values = list(values)
-    except TypeError:
-        raise PolicyError(f"{what} must be a path or a list of paths: {values!r}",
-                          Reason.INVALID_PATH, values, field=what) from None
-    return [check_path(v, f"{what} path", field=what) for v in values]
 
 
 def _check_source(path: str, field: str) -> None:

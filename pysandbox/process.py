@@ -99,6 +99,17 @@ def with_start_directory(plan: _plan.Plan, cwd) -> _plan.Plan:
     return derived
 
 
+def caller_directory(plan: _plan.Plan) -> _plan.Plan:
+    """``plan`` (the default policy's) starting in the caller's current directory, as
+    ``subprocess`` starts, when the sandbox's view has it (the host's read-only ``/``);
+    in ``/`` when it does not (under the private ``/tmp``, a hidden credential store, a
+    directory removed since)."""
+    try:
+        return with_start_directory(plan, os.getcwd())
+    except (PolicyError, OSError):
+        return plan
+
+
 class SandboxProcess(BackendPopen):
     """A sandboxed command, with the interface of :class:`subprocess.Popen` (through
     the adapter :class:`pysandbox._popen.BackendPopen`).
@@ -106,7 +117,10 @@ class SandboxProcess(BackendPopen):
     Accepts Popen's stdio, ``env``, ``pass_fds``, ``text``/``encoding`` and
     ``bufsize`` arguments, and ``cwd``: the directory the command starts in, a path
     inside the sandbox (relative: to the policy's ``chdir``; the rule of a session's
-    ``cwd``), refused when the sandbox's view has no directory there. ``preexec_fn``,
+    ``cwd``), refused when the sandbox's view has no directory there
+    (:class:`~pysandbox.errors.StartDirectoryMissing`, as a session refuses it). With no
+    ``policy`` and no ``cwd``, the command starts in the caller's current directory when
+    the sandbox can see it (else in ``/``). ``preexec_fn``,
     ``user``, ``group`` and ``shell`` are refused: the policy decides those;
     ``close_fds=False`` is refused (a sandbox never inherits descriptors: name them in
     ``pass_fds``). ``on_start(pid)`` is called
@@ -152,6 +166,8 @@ class SandboxProcess(BackendPopen):
         self.plan = compiled(self.policy)
         if cwd is not None:
             self.plan = with_start_directory(self.plan, cwd)
+        elif policy is None:
+            self.plan = caller_directory(self.plan)
         self.backend = select_backend(backend, self.plan)
         base_env = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
         self._sandbox_env = self.policy.env.apply(base_env)

@@ -15,6 +15,8 @@ A profile's keys are the command line's options (``--keep-authority-sockets`` is
     tmpfs = ["/var/tmp"]                           # private tmpfs mounts
     chdir = "/some/dir"                            # start directory in the sandbox ("." = the
                                                    # current directory)
+    home = "tmpfs"                                 # a private, empty, writable HOME (home.py)
+    home_files = [".gitconfig"]                    # seeded into it read-only
     share_session = false                          # keep the caller's session (no setsid)
     keep_authority_sockets = false
     hide_credentials = true                        # false: show ~/.ssh, ~/.aws, ... (credentials.py)
@@ -87,6 +89,7 @@ _TOP = {
     "allow_syscalls": "a list of system call names",
     "hide_credentials": "true or false",
     "protect_git": "true or false",
+    "home": "a string", "home_files": "a list of names",
 }
 _ENV = {"clear": "true or false", "keep": "a list of names", "unset": "a list of names",
         "set": "a table of name = \"value\""}
@@ -171,7 +174,7 @@ class Profile:
         kw: dict = {}
         if "workdir" in self.values:
             kw["workdir"] = self.values["workdir"]
-        for key in ("network", "allow_hosts", *_PATHS, "chdir", "hostname", "uid", "gid", "keep_authority_sockets",
+        for key in ("network", "allow_hosts", *_PATHS, "chdir", "home", "home_files", "hostname", "uid", "gid", "keep_authority_sockets",
                     "strict_unix", "allow_io_uring", "allow_nested_userns", "allow_broad_writable",
                     "follow_writable_symlinks"):
             if key in self.values:

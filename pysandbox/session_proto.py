@@ -88,6 +88,10 @@ def failure(ev: Event, argv0: str, cwd: str) -> OSError:
     err = ev.a or _errno.EIO
     step = tail.STEPS[ev.b - 1] if 0 < ev.b <= len(tail.STEPS) else None
     if step == "CHDIR":
+        if err in (_errno.ENOENT, _errno.ENOTDIR):   # the one-shot launch's rule (view.check_start_directory)
+            from .errors import StartDirectoryMissing
+            return StartDirectoryMissing(f"cwd {cwd}: {'not a' if err == _errno.ENOTDIR else 'no such'} directory "
+                                         "in the sandbox view", cwd, err)
         return OSError(err, os.strerror(err), cwd)
     if step in ("EXEC", "LANDLOCK"):
         return tail.error(step, err, exe=argv0)

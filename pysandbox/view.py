@@ -140,7 +140,8 @@ def check_start_directory(path: str, done, what: str = "cwd", field: str | None 
     CLI names the option from it).
 
     Raises:
-        PolicyError (invalid_path): missing or not a directory;
+        StartDirectoryMissing (a PolicyError, ``invalid_path``, and a FileNotFoundError):
+            missing or not a directory;
             (conflicting_options): a hide covers it.
     """
     from .errors import PolicyError, Reason
@@ -169,7 +170,9 @@ def check_start_directory(path: str, done, what: str = "cwd", field: str | None 
         problem = "no such directory in the sandbox view"
     else:
         return
-    raise PolicyError(f"{what} {path}: {problem}", Reason.INVALID_PATH, path, field=field)
+    from .errors import StartDirectoryMissing   # a session's chdir raises the same (session_proto.failure)
+    raise StartDirectoryMissing(f"{what} {path}: {problem}", path,
+                                errno.ENOTDIR if problem.startswith("not a dir") else errno.ENOENT, field=field)
 
 
 # What a minimal /dev holds that a start directory may be (or lead through): the

@@ -53,8 +53,8 @@ def select_backend(name: str, plan):
             _checked(backend, plan, "backend auto: bwrap")
         except (BackendUnavailable, CapabilityUnavailable):
             raise native_error from None
-        import logging   # here: a launch that logs nothing imports nothing for it
-        logging.getLogger("pysandbox").warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
+        from ..logs import logger   # here: a launch that logs nothing imports nothing for it
+        logger().warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
         return backend
 
 

@@ -423,8 +423,10 @@ class BwrapBackend:
                                 "init": init_state,
                                 # as_pid_1: the command is pid 1 and may clear its own
                                 # PR_SET_PDEATHSIG; the launcher's lifetime monitor ends it
-                                # with the launcher (backends/monitor.py), or why not
-                                "as_pid_1_lifetime": monitor.lifetime()})
+                                # with the launcher (backends/monitor.py), or why not; only
+                                # where it means something (probe/native.py: the same rule)
+                                **({"as_pid_1_lifetime": monitor.lifetime()}
+                                   if policy.as_pid_1 or monitor.unavailable() is not None else {})})
         with self._lock:
             self._status[key] = result
         return result

@@ -49,6 +49,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ..lifecycle import exit_status
 from . import deepagents_conventions as conventions
+from . import deepagents_python as interpreter
 from ..policy import Policy
 from ..session import Sandbox
 
@@ -125,6 +126,7 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@interpreter.file_operations
 class PysandboxSandbox(BaseSandbox):
     """A Deep Agents sandbox: one pysandbox session, whose commands share its files.
 
@@ -189,6 +191,7 @@ class PysandboxSandbox(BaseSandbox):
                 _remove_tree(self._workdir)
             raise
         self._id = self._session.id
+        self._python: str | None = None   # file operations' interpreter (deepagents_python.py)
 
     @property
     def id(self) -> str:
@@ -246,6 +249,8 @@ class PysandboxSandbox(BaseSandbox):
             SessionError: the sandbox is closed or was lost.
         """
         limit = self._default_timeout if timeout is None else timeout
+        if interpreter.in_file_operation():   # deepagents' own python3 -c: the fixed interpreter
+            command = interpreter.rewrite(command, self.python)
         try:
             done = self._session.run(["sh", "-c", command], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -258,6 +263,22 @@ class PysandboxSandbox(BaseSandbox):
                                    exit_code=TIMEOUT_EXIT_CODE, truncated=False)
         return ExecuteResponse(output=_decode(done.stdout), exit_code=exit_status(done.returncode),
                                truncated=False)
+
+    @property
+    def python(self) -> str:
+        """The interpreter of the file operations (``ls``, ``read``, ``edit``, ``grep``,
+        ``glob``...): a fixed one the sandbox can see, chosen on first use
+        (:mod:`pysandbox.integrations.deepagents_python`), not PATH's ``python3``."""
+        if self._python is None:
+            self._python = interpreter.choose(lambda argv: self._session.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60))
+        return self._python
+
+    @property
+    def start_directory(self) -> str:
+        """Where ``glob`` without a path searches, as ``grep`` does: the policy's start
+        directory (the workdir), ``/`` without one."""
+        return self._session.sandbox_path(None)
 
     def _transfer(self, script: str, path: str, data: bytes | None):
         """Run a transfer script on ``path``: (returncode, stdout, stderr)."""
@@ -303,18 +324,21 @@ class PysandboxSandbox(BaseSandbox):
         return await asyncio.to_thread(self.write, file_path, content)
 
     def glob(self, pattern: str, path: str | None = None) -> GlobResult:
-        """Files matching ``pattern`` under ``path`` (default ``/``), with Deep Agents'
-        matching rules. By default absolute paths of regular files (BaseSandbox); with
+        """Files matching ``pattern`` under ``path`` (default: :attr:`start_directory`, the
+        workdir, where ``grep`` searches too; deepagents' own default ``/`` walked the host's
+        whole read-only view), with Deep Agents' matching rules. By default absolute paths of regular files (BaseSandbox); with
         ``glob_paths="relative"`` paths relative to the search root, directories included
         (``is_dir``). Stops after 5 s or 10000 matches (``truncated``).
 
         Raises:
             SessionError: the sandbox is closed or was lost.
         """
+        if not path:
+            path = self.start_directory
         if self._glob_paths == "absolute":
             return super().glob(pattern, path)
-        root = path if path and path.startswith("/") else "/" + (path or "")
-        code, out, err = self._run(conventions.glob_command(pattern, root), None, _GLOB_TIMEOUT)
+        root = path if path.startswith("/") else "/" + path
+        code, out, err = self._run(conventions.glob_command(pattern, root, self.python), None, _GLOB_TIMEOUT)
         return conventions.parse_glob(code, _decode(out) if code == 0 else _decode(err) or _decode(out), root)
 
     async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
@@ -324,7 +348,7 @@ class PysandboxSandbox(BaseSandbox):
             SessionError: the sandbox is closed or was lost.
         """
         if self._glob_paths == "absolute":
-            return await super().aglob(pattern, path)
+            return await super().aglob(pattern, path or self.start_directory)
         return await asyncio.to_thread(self.glob, pattern, path)
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:

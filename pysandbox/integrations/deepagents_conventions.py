@@ -145,10 +145,10 @@ if truncated:
 """
 
 
-def glob_command(pattern: str, root: str) -> list[str]:
+def glob_command(pattern: str, root: str, python: str = "python3") -> list[str]:
     """The argv running the root-relative glob of ``pattern`` under ``root`` (absolute)."""
     b64 = [base64.b64encode(s.encode("utf-8", "surrogateescape")).decode("ascii") for s in (root, pattern)]
-    return ["python3", "-c", _GLOB, *b64]
+    return [python, "-c", _GLOB, *b64]
 
 
 def parse_glob(returncode: int, output: str, root: str) -> GlobResult:

@@ -94,11 +94,12 @@ def probe_native(subject=None) -> BackendStatus:
     # namespace, or as_pid_1: the command is pid 1 itself).
     init_needed = needs.pid and not needs.as_pid_1
     init_mode = "none" if not init_needed else ("exec" if exec_init else "fork")
-    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": exec_init, "init_mode": init_mode,
-            # as_pid_1: the command is pid 1 and may clear its own PR_SET_PDEATHSIG; the
-            # launcher's lifetime monitor ends it with the launcher (backends/monitor.py),
-            # or why not (then as_pid_1 launches fail closed)
-            "as_pid_1_lifetime": lifetime()}
+    info = {"has_mount_setattr": has_mount_setattr(), "exec_init": exec_init, "init_mode": init_mode}
+    if needs.as_pid_1 or unavailable() is not None:
+        # as_pid_1: the command is pid 1 and may clear its own PR_SET_PDEATHSIG; the launcher's
+        # lifetime monitor ends it with the launcher (backends/monitor.py), or why not (then
+        # as_pid_1 launches fail closed). Another policy's pid 1 is our init: nothing to say.
+        info["as_pid_1_lifetime"] = lifetime()
     if missing:
         first = missing[0]
         return BackendStatus("native", False, first.reason, f"{first.name}: {first.detail}",

@@ -17,10 +17,11 @@ import threading
 import time
 
 from ..records import dataclass
+from .. import logs as _logs
 
 __all__ = ["ALLOWED", "REFUSED", "REASONS", "LogThrottle", "ProxyEvent", "printable"]
 
-logger = logging.getLogger("pysandbox.proxy")
+logger = _logs.logger("pysandbox.proxy")
 
 ALLOWED = "allowed"
 REFUSED = "refused"

@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 
+from .. import logs as _logs
 from . import budget
 from .events import REFUSED, LogThrottle, ProxyEvent, deliver
 from .handler import Connection
@@ -38,7 +39,7 @@ from .rules import AllowList
 
 __all__ = ["EgressProxy", "host_resolver"]
 
-logger = logging.getLogger("pysandbox.proxy")
+logger = _logs.logger("pysandbox.proxy")
 
 BACKLOG = 4096            # the listener's queue: the clients waiting while the proxy is at its budget
 ACCEPT_PAUSE = 0.5        # seconds without accept() after it failed for want of descriptors/memory

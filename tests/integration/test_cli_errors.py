@@ -27,7 +27,7 @@ TABLE = [
     (["--workdir", "/etc/passwd"], 2, "invalid_path", "--workdir /etc/passwd: not a directory", None),
     (["--workdir", "/"], 2, "workdir_too_broad", "--workdir", None),
     (["--hide", "/"], 2, "invalid_path", "--hide /:", ["--hide", "/etc/hostname"]),
-    (["--hide", "relative"], 2, "invalid_path", "--hide relative", None),
+    (["--hide", "a/../b"], 2, "invalid_path", "--hide a/../b", ["--hide", "relative"]),   # relative: fine
     (["--hide", "{wd}"], 2, "conflicting_options", "hidden", None),
     (["--tmpfs", "/"], 2, "invalid_path", "--tmpfs /:", ["--tmpfs", "/mnt"]),
     (["--tmpfs", "/etc/passwd"], 2, "invalid_path", "--tmpfs /etc/passwd", ["--tmpfs", "/etc"]),

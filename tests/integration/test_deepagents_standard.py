@@ -1,5 +1,7 @@
 """The Deep Agents standard sandbox suite (``langchain_tests``' SandboxIntegrationTests)
-on PysandboxSandbox, once per backend."""
+on PysandboxSandbox: with the backend's defaults once per backend (the tests that assert
+Deep Agents 0.6's contract marked strict xfail), and with the suite's opt-in conventions
+once."""
 
 from __future__ import annotations
 
@@ -31,25 +33,41 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
 
 
-# Where langchain-tests 1.1.9 and Deep Agents' protocol disagree (write onto an existing
-# file; glob paths relative or absolute, directories or not), the suite's conventions are
-# PysandboxSandbox's opt-in ones: overwrite=False, glob_paths="relative".
+# langchain-tests 1.1.9 still asserts Deep Agents 0.6's contract where 0.7 changed it
+# (upstream langchain-ai/langchain#39948, fixed by PR #40283): write onto an existing file
+# fails, and glob returns paths relative to the search root, directories included.
+# PysandboxSandbox's defaults follow 0.7's documented contract (write overwrites; glob
+# returns absolute paths of regular files, which the FilesystemMiddleware's deny rules
+# need), so exactly these tests fail with the defaults: strict xfail, so that CI notices
+# when the suite is fixed upstream and the marks must go.
+UPSTREAM_0_6_CONTRACT = frozenset({
+    "test_write_existing_file_fails", "test_glob", "test_glob_basic_pattern", "test_glob_with_directories",
+    "test_glob_hidden_files_explicitly", "test_glob_with_character_class", "test_glob_with_question_mark",
+})
+XFAIL_0_6 = pytest.mark.xfail(strict=True, reason="langchain-tests 1.1.9 asserts deepagents 0.6's write/glob "
+                              "contract (upstream langchain-ai/langchain#39948, PR #40283)")
 
 
-def _sandbox(backend: str):
-    sandbox = PysandboxSandbox(backend=backend, env=_env(), overwrite=False, glob_paths="relative")
+def _sandbox(backend: str, **conventions):
+    sandbox = PysandboxSandbox(backend=backend, env=_env(), **conventions)
     try:
         yield sandbox
     finally:
         sandbox.delete()
 
 
-class _PysandboxStandard(SandboxIntegrationTests):
-    pass
+class _Defaults(SandboxIntegrationTests):
+    """The backend as Deep Agents gets it: no opt-in."""
+
+    @pytest.fixture(autouse=True)
+    def _upstream_contract(self, request):
+        # a mark per test of the inherited suite, without overriding any of its methods
+        if request.node.originalname in UPSTREAM_0_6_CONTRACT:
+            request.applymarker(XFAIL_0_6)
 
 
 @pytest.mark.requires("native")
-class TestNativeStandard(_PysandboxStandard):
+class TestNativeStandard(_Defaults):
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls):
@@ -57,8 +75,24 @@ class TestNativeStandard(_PysandboxStandard):
 
 
 @pytest.mark.requires("bwrap")
-class TestBwrapStandard(_PysandboxStandard):
+class TestBwrapStandard(_Defaults):
     @pytest.fixture(scope="class")
     @classmethod
     def sandbox(cls):
         yield from _sandbox("bwrap")
+
+
+@pytest.mark.requires("native")
+class TestNativeSuiteConventions(SandboxIntegrationTests):
+    """The opt-in conventions of the suite (overwrite=False, glob_paths="relative") pass
+    all of it, the seven tests above included (the live control of the marks)."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls):
+        yield from _sandbox("native", overwrite=False, glob_paths="relative")
+
+
+def test_the_marked_tests_exist_in_the_suite():
+    """A renamed upstream test would silently lose its mark: each one named is in the suite."""
+    assert UPSTREAM_0_6_CONTRACT <= {name for name in dir(SandboxIntegrationTests) if name.startswith("test_")}

@@ -289,16 +289,46 @@ def test_status_reports_proxy_mode(backend, tmp_path):
 
 # ---------------------------------------------------------------- the command line
 
-def test_cli_proxy_mode_refusal_printed_with_verbose_only(backend, tmp_path):
+def test_cli_proxy_mode_refusals_summed_up_at_exit_each_with_verbose(backend, tmp_path):
+    """Issue 31 item 3: without --verbose one line at exit names pysandbox, the host and
+    the reason; --verbose prints each refusal as it happens too."""
     from tests.integration.test_cli import cli
     args = ["--network", "proxy", "--allow-host", "pypi.org", "--allow-host", "*.npmjs.org:443", "--"]
     probe = [python_in_sandbox(), "-I", "-c", CONNECT, "refused.test:443"]
     quiet = cli(backend, *args, *probe, cwd=tmp_path)
     assert quiet.returncode == 0 and quiet.stdout.split()[1] == "403", quiet.stderr
-    assert "refused.test" not in quiet.stderr
+    assert quiet.stderr.splitlines() == ["pysandbox: proxy refused 1 connection: refused.test:443 (not_allowed)"]
     loud = cli(backend, "-v", *args, *probe, cwd=tmp_path)
     assert loud.returncode == 0 and loud.stdout.split()[1] == "403", loud.stderr
-    assert "proxy refused" in loud.stderr and "refused.test:443" in loud.stderr
+    assert "proxy refused connect refused.test:443" in loud.stderr
+    assert loud.stderr.splitlines()[-1] == "pysandbox: proxy refused 1 connection: refused.test:443 (not_allowed)"
+    # control: nothing refused, no line
+    clean = cli(backend, *args, "true", cwd=tmp_path)
+    assert clean.returncode == 0 and "proxy refused" not in clean.stderr, clean.stderr
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_library_refusals_never_reach_stderr_unless_logging_is_configured(backend, tmp_path, configured):
+    """A library never configures logging (pysandbox/logs.py): a caller that passed
+    on_proxy_event= gets the event and no refusal on its stderr through logging's
+    last-resort handler. Control: a caller that configured logging gets the record."""
+    work = tmp_path / "work"
+    work.mkdir()
+    code = (("import logging; logging.basicConfig(format='LOG %(message)s')\n" if configured else "")
+            + "import pysandbox, sys\n"
+            f"policy = pysandbox.Policy.default(workdir={str(work)!r}, network='proxy', allow_hosts=['pypi.org'])\n"
+            "events = []\n"
+            f"done = pysandbox.run([{python_in_sandbox()!r}, '-I', '-c', {CONNECT!r}, 'refused.test:443'],\n"
+            f"                     policy=policy, backend={backend!r}, capture_output=True, text=True,\n"
+            "                     on_proxy_event=events.append)\n"
+            "print(done.stdout.split()[1], [(e.host, e.verdict) for e in events])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "403 [('refused.test', 'refused')]"
+    if configured:
+        assert "LOG proxy refused connect refused.test:443" in done.stderr, done.stderr
+    else:
+        assert done.stderr == "", done.stderr
 
 
 @pytest.mark.parametrize("args, names", [

@@ -22,6 +22,8 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               "--allow-syscall",
               # a terminal of its own (README: Interactive shell)
               "--tty", "--no-tty",
+              # a scratch HOME (README "A scratch HOME")
+              "--home", "--home-file",
               # the writable-path opt-ins (README "Writable paths")
               "--allow-broad-writable", "--follow-writable-symlinks",
               # TOML profiles (README "Profiles")
@@ -60,10 +62,11 @@ def test_usage_errors_exit_2_without_traceback(argv, capsys):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (["run", "--rw", "relative/path", "--", "true"], "invalid_path"),
+    (["run", "--rw", "relative/path", "--", "true"], "bind_source_missing"),   # relative: the caller's directory's
+    (["run", "--rw", "a/../b", "--", "true"], "invalid_path"),                  # '..' after a name: not guessed
     (["run", "--ro", "/definitely/not/here/pysandbox", "--", "true"], "bind_source_missing"),
     (["run", "--setenv", "A=B", "x", "--", "true"], "invalid_value"),
-    (["run", "--chdir", "rel", "--", "true"], "invalid_path"),
+    (["run", "--chdir", "rel", "--", "true"], "invalid_path"),   # relative: the workdir's; none there
     (["run", "--workdir", "/", "--", "true"], "workdir_too_broad"),
     (["run", "--workdir", "//.", "--", "true"], "workdir_too_broad"),
     (["run", "--allow-io-uring", "--", "true"], "conflicting_options"),                # network deny
@@ -234,3 +237,16 @@ def test_run_help_documents_the_environment_and_workdir_rules(capsys):
         cli.main(["run", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "GITHUB_TOKEN" in text and "AWS_*" in text and "workdir_too_broad" in text
+
+
+def test_a_profile_value_error_names_the_profile_not_an_option_never_given(tmp_path, capsys):
+    """Issue 31 item 5: ``--ro /opt`` beside a profile whose ``ro`` is not a list named
+    ``--ro /opt: p4.toml:1: ro: ...``; the line names the file, line and key only.
+    Control: an error of the option itself still names the option."""
+    prof = tmp_path / "p4.toml"
+    prof.write_text('ro = "/usr"\n')
+    assert cli.main(["run", "--profile", str(prof), "--ro", "/opt", "--", "true"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pysandbox: invalid_value: {prof}:1: ro: must be a list of paths, not '/usr'"]
+    assert cli.main(["run", "--ro", "/definitely/not/here/pysandbox", "--", "true"]) == 2
+    assert capsys.readouterr().err.startswith("pysandbox: bind_source_missing: --ro /definitely/not/here")

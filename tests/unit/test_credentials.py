@@ -5,7 +5,10 @@ profile), the status report, and that pybwrap's policies hide none of it."""
 from __future__ import annotations
 
 import os
+import pathlib
 import pwd
+import shutil
+import tempfile
 
 import pytest
 
@@ -19,9 +22,15 @@ _MOVERS = [var for var, _, _ in credentials.ENV_STORES] + ["XDG_CONFIG_HOME", "X
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    """$HOME with stores: .ssh/{id_ed25519,known_hosts,sub/deeper/x}, .aws/credentials, .netrc."""
-    h = tmp_path / "home"
+def home(monkeypatch):
+    """$HOME with stores: .ssh/{id_ed25519,known_hosts,sub/deeper/x}, .aws/credentials, .netrc;
+    outside /tmp, which Policy.default covers with its own tmpfs (coverage counts that)."""
+    top = pathlib.Path(tempfile.mkdtemp(prefix="pysandbox-test-", dir="/var/tmp"))
+    yield from _home(top / "home", monkeypatch)
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def _home(h, monkeypatch):
     (h / ".ssh" / "sub" / "deeper").mkdir(parents=True)
     (h / ".aws").mkdir()
     (h / "proj").mkdir()
@@ -31,7 +40,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(h))
     for var in _MOVERS:
         monkeypatch.delenv(var, raising=False)
-    return h
+    yield h
 
 
 def _mine(paths, h):
@@ -158,10 +167,27 @@ def test_command_line_and_profile_opt_outs(home, tmp_path, monkeypatch):
     assert "hide_credentials" in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["agent", "ci", "inspect"])
+@pytest.mark.parametrize("name", ["ci", "inspect"])
 def test_shipped_profiles_hide_the_stores(home, monkeypatch, name):
     monkeypatch.chdir(home / "proj")
     assert _mine(_hides(Policy.from_toml(name)), home) == [f"{home}/.aws", f"{home}/.netrc", f"{home}/.ssh"]
+
+
+def test_a_scratch_home_covers_the_stores_and_status_says_so(home, monkeypatch):
+    """The agent profile's scratch HOME (home.py): the tmpfs covers the stores, no hide is
+    needed inside it, and the coverage report counts them hidden; a seeded store is
+    readable, as a bind of it is. Control: the host home hides each store."""
+    monkeypatch.chdir(home / "proj")
+    agent = Policy.from_toml("agent")
+    assert _mine(_hides(agent), home) == []
+    cov = credentials.coverage(agent)
+    assert str(home) in cov["hidden"] and not _mine(cov["readable"], home), cov
+    seeded = credentials.coverage(Policy.default(workdir=".", home="tmpfs", home_files=[".aws"]))
+    assert _mine(seeded["readable"], home) == [f"{home}/.aws"], seeded
+    bare = credentials.coverage(Policy.default(workdir=".", home="tmpfs", hide_credentials=False))
+    assert not _mine(bare["readable"], home)          # the tmpfs covers them without the hides
+    host = credentials.coverage(Policy.default(workdir=".", hide_credentials=False))   # control
+    assert _mine(host["readable"], home) == [f"{home}/.aws", f"{home}/.netrc", f"{home}/.ssh"]
 
 
 def test_pybwrap_policies_hide_no_credentials(home):

@@ -1,0 +1,54 @@
+"""A build without a compiler ships no module an earlier build left (issue 31 item 6):
+``pip wheel`` leaves ``build/lib.../pysandbox/_native.abi3.so``; a later ``pip install .``
+that cannot compile ran build_ext (optional, failed), then copied build/lib into the
+install, stale module included. setup.py's build_ext now removes it. Runs setup.py's
+build_ext on a copy of the tree with ``CC=/bin/false``; the live control plants the same
+file beside it (not where build_ext writes), which stays."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+# setup.py's build_ext class on one extension named as the real one (abi3, as cffi makes
+# it), without setup() (the venv's setuptools may predate the pyproject's metadata keys)
+BUILD = """
+import sys, setuptools
+setuptools.setup = lambda **kw: None
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"))
+from setuptools import Distribution, Extension
+ext = Extension("pysandbox._native", [sys.argv[3]], py_limited_api=True)
+dist = Distribution({"ext_modules": [ext], "cmdclass": {"build_ext": OptionalBuildExt}})
+cmd = dist.get_command_obj("build_ext")
+cmd.build_lib, cmd.build_temp = sys.argv[2], sys.argv[2] + ".tmp"
+cmd.ensure_finalized()
+print(cmd.get_ext_fullpath(ext.name))
+cmd.run()
+"""
+
+
+def test_a_failed_build_removes_the_module_an_earlier_build_left(tmp_path):
+    (tmp_path / "x.c").write_text("int x;\n")
+    env = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "LDSHARED": "/bin/false"}
+    env.pop("PYSANDBOX_REQUIRE_NATIVE", None)
+    build_lib = tmp_path / "build" / "lib-earlier"   # where `pip wheel` built (named here, not guessed)
+    stale = build_lib / "pysandbox" / "_native.abi3.so"
+    control = build_lib / "pysandbox" / "_native.abi3.so.keep"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"\x7fELF stale")
+    control.write_bytes(b"\x7fELF not the module")
+    os.utime(stale, (0, 0))   # older than its source (cffi writes the C source anew on each build)
+    done = subprocess.run([sys.executable, "-c", BUILD, str(ROOT / "setup.py"), str(build_lib),
+                           str(tmp_path / "x.c")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == str(stale)          # the file the build writes is the one planted
+    assert "was not built" in done.stderr, done.stderr[-3000:]   # the compile did fail
+    assert not stale.exists(), "the stale module would be installed"
+    assert f"removed {stale}" in done.stderr
+    assert control.exists()
