@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from . import __version__, cli_home, cli_limits, cli_proxy, cli_seccomp, cli_workspace
+from . import __version__, cli_home, cli_limits, cli_protect, cli_proxy, cli_seccomp, cli_workspace
 from .cli_errors import EXIT_NOEXEC, EXIT_NOTFOUND, EXIT_SETUP, EXIT_USAGE, start_failed, write_line  # noqa: F401
 from .lifecycle import KILL_GRACE, exit_status, stop
 from .writable import home_directories
@@ -186,12 +186,7 @@ def _common_args(parser, network_help: str) -> None:
     parser.add_argument("--network", choices=("deny", "allow", "proxy"), default=None, help=network_help)
     parser.add_argument("--allow-host", action="append", default=[], type=_allow_host, metavar="HOST[:PORT]",
                         help="with --network proxy: a host the proxy lets through (repeatable)")
-    parser.add_argument("--no-hide-credentials", dest="hide_credentials", action="store_false", help="show the "
-                        "credential stores hidden by default (~/.ssh, ~/.aws, ~/.netrc, ...; /etc/shadow for root; "
-                        "pysandbox/credentials.py); to show just one, bind it (ro or rw) by its path instead")
-    parser.add_argument("--writable-git", dest="protect_git", action="store_false", help="let the command write "
-                        "the .git of the workdir and of the rw paths (read-only by default: a change there runs "
-                        "on the host at its next git command; pysandbox/gitmeta.py)")
+    cli_protect.add_arguments(parser)
 
 
 def _fd(text: str) -> int:
@@ -296,8 +291,7 @@ def _policy(args, profile=None):
         if getattr(args, flag):
             kw[flag] = True
     cli_seccomp.merge(kw, args)
-    kw["hide_credentials"] = kw.get("hide_credentials", True) and args.hide_credentials   # the profile's, or off
-    kw["protect_git"] = kw.get("protect_git", True) and args.protect_git
+    cli_protect.merge(kw, args)   # the profile's, or off
     policy = Policy.default(**kw)
     if profile is not None:
         profile.check_outside(policy)
@@ -426,9 +420,7 @@ def _status(args, profile=None) -> int:
     from .policy import Env, Policy
     from .status import status
     _launch_settings(args, profile)
-    creds = {} if args.hide_credentials else {"hide_credentials": False}   # a flag turns it off, never on
-    if not args.protect_git:
-        creds["protect_git"] = False
+    creds = cli_protect.overrides(args)   # a flag turns a protection off, never on
     if profile is not None:
         kw = ({"network": args.network} if args.network is not None else {}) | creds
         if args.allow_host:
