@@ -326,3 +326,63 @@ def test_userns2_matches_bwrap():
             assert rc == 0, (name, err)
             seen[name] = [lines[0], lines[3], lines[4]]
         assert seen["bwrap"] == seen["pybwrap"] == [h.ids["user2"], "65534", "CapEff:0000000000000000"], seen
+
+
+# ---------------------------------------------------------------- data from standard input
+
+def _reference_tools() -> dict:
+    """Every reference bwrap installed here (the system's, the bundled 0.11), at least one."""
+    tools = {}
+    if os.access(BWRAP, os.X_OK):
+        tools["bwrap"] = [BWRAP]
+    path, _ = reference("bundled")
+    if path is not None:
+        tools["bwrap-0.11"] = [path]
+    if not tools:
+        need("bwrap", f"{BWRAP} and the bundled bwrap are missing")
+    return tools
+
+
+@pytest.mark.parametrize("option", ["--file", "--bind-data", "--ro-bind-data"])
+def test_data_from_descriptor_0_matches_bwrap(option, tmp_path):
+    """``--file 0 DEST`` (and the bind forms) read standard input, as bwrap does; the
+    command then starts without the caller's stdin (bwrap leaves the slot closed,
+    pybwrap gives /dev/null: README.md). The control: the same data from another
+    descriptor, with stdin left to the command."""
+    _need_native()
+    data = tmp_path / "input"
+    data.write_bytes(b"from stdin\n\x00binary\n")
+    script = "cat /tmp/file; stat -c %a /tmp/file; head -c 1 <&0 | wc -c"
+    seen = {}
+    runs = {name: (t, {}) for name, t in _reference_tools().items()}
+    for backend in ("native", "bwrap"):
+        runs[f"pybwrap-{backend}"] = (PYBWRAP, {"PYBWRAP_BACKEND": backend})
+    for name, (t, env) in runs.items():
+        for from_stdin in (True, False):
+            with open(data, "rb") as stdin:
+                src = os.open(data, os.O_RDONLY)   # the control's descriptor (any free number)
+                fd = 0 if from_stdin else src
+                try:
+                    done = subprocess.run(t + ["--ro-bind", "/", "/", "--tmpfs", "/tmp", option, str(fd), "/tmp/file",
+                                               "sh", "-c", script], stdin=stdin, capture_output=True,
+                                          env={**ENV, **env}, pass_fds=[src], timeout=60)
+                finally:
+                    os.close(src)
+            assert done.returncode == 0, (name, fd, done.stderr)
+            body, mode, stdin_left = done.stdout.rsplit(b"\n", 3)[:3]
+            assert body + b"\n" == data.read_bytes(), (name, fd, done.stdout)
+            assert stdin_left.strip() == (b"0" if fd == 0 else b"1"), (name, fd, done.stdout)
+            seen[(name, fd)] = mode
+    assert len(set(seen.values())) == 1, seen     # the same mode everywhere
+
+
+def test_file_from_stdin_under_a_writable_root(tmp_path):
+    """The issue's own command line (a writable / is pybwrap-native only: the bwrap
+    backend refuses a bwrap binary the sandbox could write)."""
+    _need_native()
+    data = tmp_path / "input"
+    data.write_bytes(b"hello\n")
+    with open(data, "rb") as stdin:
+        done = subprocess.run(PYBWRAP + ["--bind", "/", "/", "--tmpfs", "/tmp", "--file", "0", "/tmp/file",
+                                         "cat", "/tmp/file"], stdin=stdin, capture_output=True, env=ENV, timeout=60)
+    assert (done.returncode, done.stdout) == (0, b"hello\n"), done.stderr
