@@ -386,3 +386,40 @@ def test_file_from_stdin_under_a_writable_root(tmp_path):
         done = subprocess.run(PYBWRAP + ["--bind", "/", "/", "--tmpfs", "/tmp", "--file", "0", "/tmp/file",
                                          "cat", "/tmp/file"], stdin=stdin, capture_output=True, env=ENV, timeout=60)
     assert (done.returncode, done.stdout) == (0, b"hello\n"), done.stderr
+
+
+# ---------------------------------------------------------------- --json-status-fd on a failure
+
+def _status_after(t, env, args):
+    r, w = os.pipe()
+    try:
+        done = subprocess.run(t + ["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--json-status-fd", str(w)] + args,
+                              pass_fds=[w], env={**ENV, **env}, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=60)
+        os.close(w)
+        w = -1
+        data = b""
+        while chunk := os.read(r, 4096):
+            data += chunk
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+    return done, [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("failure", [["/"], ["--chmod", "0755", "/tmp/missing", "true"]], ids=["exec", "setup"])
+def test_json_status_has_no_exit_code_after_a_failure_before_exec(failure):
+    """bubblewrap's suite: a failure before the command runs (exec refused, a setup
+    step failed) leaves no ``exit-code`` document; the control (``true``) has one."""
+    _need_native()
+    runs = {name: (t, {}) for name, t in _reference_tools().items()}
+    for backend in ("native", "bwrap"):
+        runs[f"pybwrap-{backend}"] = (PYBWRAP, {"PYBWRAP_BACKEND": backend})
+    for name, (t, env) in runs.items():
+        done, docs = _status_after(t, env, failure)
+        assert done.returncode == 1 and done.stderr.startswith(b"bwrap: "), (name, done)
+        assert not any("exit-code" in d for d in docs), (name, docs)
+        control, docs = _status_after(t, env, ["true"])
+        assert control.returncode == 0, (name, control.stderr)
+        assert docs[-1] == {"exit-code": 0}, (name, docs)
