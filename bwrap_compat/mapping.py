@@ -108,6 +108,13 @@ def _realpath(src: str, optional: bool) -> str | None:
         raise _err(f"Can't find source path {src}: {os.strerror(exc.errno or 0)}") from None
 
 
+def proc_covers(dest: str) -> list:
+    """The host's procfs bound on ``dest``: its host-global entries (``PROC_READONLY``,
+    those this kernel has) bound again read-only on top, as on a fresh procfs."""
+    return [Bind(f"/proc/{sub}", f"{dest.rstrip('/')}/{sub}", readonly=True)
+            for sub in PROC_READONLY if os.path.lexists(f"/proc/{sub}")]
+
+
 def _fs_op(op, read_fd, unshare_pid):
     kind, dest = op.kind, sandbox_path(op.dest)
     if kind in ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--dev-bind-try"):
@@ -115,7 +122,12 @@ def _fs_op(op, read_fd, unshare_pid):
         src = _realpath(op.src, optional)
         if src is None:
             return None
-        return Bind(src, dest, readonly=kind.startswith("--ro"), dev=kind.startswith("--dev"), optional=optional)
+        bind = Bind(src, dest, readonly=kind.startswith("--ro"), dev=kind.startswith("--dev"), optional=optional)
+        if src == "/proc" and not bind.readonly:
+            # bwrap binds the host's procfs writable as told (its suite's nested runs do);
+            # pybwrap adds the read-only covers of a fresh procfs (invariant 9).
+            return [bind] + proc_covers(dest)
+        return bind
     if kind in ("--bind-fd", "--ro-bind-fd"):
         src = _realpath(op.src, False)
         try:
@@ -142,11 +154,7 @@ def _fs_op(op, read_fd, unshare_pid):
         # host-global corners re-bound read-only. Stricter than bwrap, which covers
         # them only where access(W_OK) succeeds (never /proc/sys, writable by root
         # although its directory is 0555): always, as pysandbox's own /proc.
-        out = [Bind("/proc", dest)]
-        for sub in PROC_READONLY:
-            if os.path.lexists(f"/proc/{sub}"):
-                out.append(Bind(f"/proc/{sub}", f"{dest.rstrip('/')}/{sub}", readonly=True))
-        return out
+        return [Bind("/proc", dest)] + proc_covers(dest)
     if kind == "--dev":
         return Dev(dest)
     if kind == "--mqueue":
