@@ -10,7 +10,8 @@ latency (network deny and allow), mount scaling, throughput, 5,000 back-to-back
 launches, start-up (startup.py: whole command lines next to bwrap and to `python -I -c pass`),
 memory; and (sessions.py) commands in a live session, a warm pool, asyncio batches, a session soak;
 and (proxy.py) the latency and throughput the egress proxy adds to a request, (proxy_launch.py) what
-network proxy mode adds to a launch. Exit status 0 when every section ran; 1 when a
+network proxy mode adds to a launch; (bwrap_lines.py) bwrap command lines with thousands of
+binds, pybwrap against bwrap. Exit status 0 when every section ran; 1 when a
 contender could not run (unless --allow-missing) or a launch failed; 2 usage.
 Targets missed are reported, not failures: these are benchmarks, not tests.
 """
@@ -35,6 +36,7 @@ import proxy as P  # noqa: E402
 import proxy_launch as PL  # noqa: E402
 import sessions as S  # noqa: E402
 import startup as U  # noqa: E402
+from bwrap_lines import section_bwrap_lines  # noqa: E402
 from measure import Summary, ms, ratio  # noqa: E402
 
 FULL = dict(launch_rounds=400, ballast_mib=(0, 256, 1024), bind_counts=(0, 10, 100, 400, 1000),
@@ -407,7 +409,7 @@ SECTIONS = {"launch": section_launch, "ballast": section_ballast, "mounts": sect
             "throughput": section_throughput, "soak": section_soak, "startup": U.section_startup,
             "memory": section_memory, "session": S.section_session, "pool": S.section_pool,
             "aio": S.section_aio, "session_soak": S.section_session_soak, "proxy": P.section_proxy,
-            "proxy_launch": PL.section_proxy_launch}
+            "proxy_launch": PL.section_proxy_launch, "bwrap_lines": section_bwrap_lines}
 
 
 def main(argv=None) -> int:
