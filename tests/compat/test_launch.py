@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests.compat.harness import BWRAP, PYBWRAP, reference
-from tests.support import host_capability, need, write_id_maps
+from tests.support import host_capability, need, not_applicable, write_id_maps
 
 TOOLS = {"bwrap": [BWRAP], "pybwrap": PYBWRAP}
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C"}
@@ -423,3 +423,25 @@ def test_json_status_has_no_exit_code_after_a_failure_before_exec(failure):
         control, docs = _status_after(t, env, ["true"])
         assert control.returncode == 0, (name, control.stderr)
         assert docs[-1] == {"exit-code": 0}, (name, docs)
+
+
+def test_json_status_has_no_exit_code_after_a_failed_prctl():
+    """bubblewrap's suite injects a fault at bwrap's 39th prctl call (pybwrap makes a
+    handful): the same property for each of pybwrap's own calls (native backend).
+    A failed prctl before exec leaves no ``exit-code``; the control
+    (a fault past the last call) runs the command and reports it."""
+    import shutil
+    _need_native()
+    strace = shutil.which("strace")
+    if strace is None or "fault" not in subprocess.run([strace, "-h"], capture_output=True, text=True).stdout:
+        not_applicable("strace with fault injection is not installed")
+    outcomes = []
+    for when in range(1, 16):   # bounded: pybwrap makes six prctl calls here
+        done, docs = _status_after([strace, "-o", "/dev/null", "-f", "-e", "trace=prctl", "-e",
+                                    f"fault=prctl:when={when}"] + PYBWRAP, {}, ["--die-with-parent", "true"])
+        outcomes.append((when, done.returncode, any("exit-code" in d for d in docs)))
+        if done.returncode == 0:
+            break
+    failed = [o for o in outcomes if o[1] != 0]
+    assert len(failed) >= 3 and all(rc == 1 and not has for _, rc, has in failed), outcomes
+    assert outcomes[-1][1:] == (0, True), outcomes    # the control
