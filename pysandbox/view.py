@@ -187,6 +187,7 @@ def exists(path: str, done) -> bool:
 
 def is_dir(path: str, done) -> bool:
     """Whether ``path`` will be a directory in the sandbox (bwrap's chdir(old_cwd) test)."""
+    done = _view(done)
     host, op = host_path(path, done)
     if host is not None:
         return os.path.isdir(host)
@@ -232,6 +233,7 @@ def check_start_directory(path: str, done, what: str = "cwd", field: str | None 
     from .errors import PolicyError, Reason
     if path == "/":
         return   # the new root: always there
+    done = _view(done)
     host, op = host_path(path, done)
     if isinstance(op, O.MountTmpfs) and op.readonly and op.mode == O.HIDE_MODE:
         raise PolicyError(f"{what} {path}: hidden in the sandbox view (a hide covers {op.dest})",
@@ -272,6 +274,7 @@ def find_executable(name: str, done, env: dict, cwd: str) -> str:
     executable and left to the backend's exec to judge.
     """
     denied = None
+    done = _view(done)
     for cand in exec_candidates(name, env.get("PATH"), cwd):
         host, op = host_path(cand, done)
         if host is None:
