@@ -20,8 +20,6 @@ import time
 
 from measure import ms, ratio
 
-COUNTS_FULL = (100, 1000, 2500)
-COUNTS_QUICK = (10, 100)
 PYBWRAP = [sys.executable, "-m", "bwrap_compat"]
 ENV = {"PATH": "/usr/bin:/bin", "LANG": "C", "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -48,7 +46,7 @@ def _once(cmd: list[str], want: int) -> tuple[float, float]:
 
 
 def section_bwrap_lines(report, cfg: dict, deadline: float) -> None:
-    counts = COUNTS_QUICK if cfg.get("launch_rounds", 0) < 50 else COUNTS_FULL
+    counts = cfg["line_binds"]
     report.out(f"## bwrap command lines with many binds: {', '.join(map(str, counts))} --ro-binds, "
                "pybwrap (native) vs bwrap")
     report.out()

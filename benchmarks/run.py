@@ -42,11 +42,12 @@ from measure import Summary, ms, ratio  # noqa: E402
 FULL = dict(launch_rounds=400, ballast_mib=(0, 256, 1024), bind_counts=(0, 10, 100, 400, 1000),
             threads=(1, 2, 4), per_thread=150, soak=5000, soak_chunk=1000, startup_rounds=20,
             cow_objects=200_000, session_rounds=1000, pool_rounds=300, refill_n=50, aio_reps=7,
-            session_soak=10_000, pool_soak=1000, proxy_rounds=400, proxy_big_mib=64, time_budget=900)
+            session_soak=10_000, pool_soak=1000, proxy_rounds=400, proxy_big_mib=64, time_budget=900,
+            line_binds=(100, 1000, 2500))
 QUICK = dict(launch_rounds=8, ballast_mib=(0, 64), bind_counts=(0, 10, 100), threads=(1, 2),
              per_thread=4, soak=300, soak_chunk=60, startup_rounds=2, cow_objects=20_000, session_rounds=60,
              pool_rounds=20, refill_n=8, aio_reps=1, session_soak=500, pool_soak=100, proxy_rounds=20,
-             proxy_big_mib=4, time_budget=50)
+             proxy_big_mib=4, time_budget=50, line_binds=(10, 100))
 LAUNCH_NAMES = ("plain", "floor", "native", "bwrap-backend", "bwrap")
 MOUNT_NAMES = ("floor", "native", "bwrap-backend", "bwrap")
 THROUGHPUT_NAMES = ("plain", "native", "bwrap-backend", "bwrap")
