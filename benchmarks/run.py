@@ -11,7 +11,8 @@ latency (network deny and allow), mount scaling, throughput, 5,000 back-to-back
 launches, start-up (startup.py: whole command lines next to bwrap and to `python -I -c pass`),
 memory; and (sessions.py) commands in a live session, a warm pool, asyncio batches, a session soak;
 and (proxy.py) the latency and throughput the egress proxy adds to a request, (proxy_launch.py) what
-network proxy mode adds to a launch. Exit status 0 when every section ran; 1 when a
+network proxy mode adds to a launch; (bwrap_lines.py) bwrap command lines with thousands of
+binds, pybwrap against bwrap. Exit status 0 when every section ran; 1 when a
 contender could not run (unless --allow-missing) or a launch failed; 2 usage.
 Targets missed are reported, not failures: these are benchmarks, not tests.
 """
@@ -36,16 +37,18 @@ import proxy as P  # noqa: E402
 import proxy_launch as PL  # noqa: E402
 import sessions as S  # noqa: E402
 import startup as U  # noqa: E402
+from bwrap_lines import section_bwrap_lines  # noqa: E402
 from measure import Summary, ms, ratio  # noqa: E402
 
 FULL = dict(launch_rounds=400, ballast_mib=(0, 256, 1024), bind_counts=(0, 10, 100, 400, 1000),
             threads=(1, 2, 4), per_thread=150, soak=5000, soak_chunk=1000, startup_rounds=20,
             cow_objects=200_000, session_rounds=1000, pool_rounds=300, refill_n=50, aio_reps=7,
-            session_soak=10_000, pool_soak=1000, proxy_rounds=400, proxy_big_mib=64, time_budget=900)
+            session_soak=10_000, pool_soak=1000, proxy_rounds=400, proxy_big_mib=64, time_budget=900,
+            line_binds=(100, 1000, 2500))
 QUICK = dict(launch_rounds=8, ballast_mib=(0, 64), bind_counts=(0, 10, 100), threads=(1, 2),
              per_thread=4, soak=300, soak_chunk=60, startup_rounds=2, cow_objects=20_000, session_rounds=60,
              pool_rounds=20, refill_n=8, aio_reps=1, session_soak=500, pool_soak=100, proxy_rounds=20,
-             proxy_big_mib=4, time_budget=50)
+             proxy_big_mib=4, time_budget=50, line_binds=(10, 100))
 LAUNCH_NAMES = ("plain", "floor", "native", "bwrap-backend", "bwrap")
 MOUNT_NAMES = ("floor", "native", "bwrap-backend", "bwrap")
 THROUGHPUT_NAMES = ("plain", "native", "bwrap-backend", "bwrap")
@@ -410,7 +413,7 @@ SECTIONS = {"launch": section_launch, "ballast": section_ballast, "mounts": sect
             "throughput": section_throughput, "soak": section_soak, "startup": U.section_startup,
             "memory": section_memory, "session": S.section_session, "pool": S.section_pool,
             "aio": S.section_aio, "session_soak": S.section_session_soak, "proxy": P.section_proxy,
-            "proxy_launch": PL.section_proxy_launch}
+            "proxy_launch": PL.section_proxy_launch, "bwrap_lines": section_bwrap_lines}
 
 
 def main(argv=None) -> int:

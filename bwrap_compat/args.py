@@ -73,6 +73,7 @@ class BwrapArgs:
     argv0: str | None = None
     level_prefix: bool = False
     new_session: bool = False
+    not_a_security_boundary: bool = False   # accepted (bwrap 0.12); pybwrap stays strict
     die_with_parent: bool = False
     as_pid_1: bool = False
     exec_label: str | None = None

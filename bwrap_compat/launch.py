@@ -11,6 +11,7 @@ import errno
 import fcntl
 import os
 import signal
+import subprocess
 import sys
 
 from pysandbox import ops as O
@@ -155,9 +156,16 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
     pass_fds = inherited_fds(set(compat.consumed_fds) | set(locks))
     # The executor reads (and closes, in the sandbox) --block-fd and --userns-block-fd.
     waits = (policy.block_fd, policy.userns_block_fd)
+    stdio = {}
     for fd in compat.consumed_fds:
         if fd not in (compat.info_fd, compat.json_status_fd, compat.sync_fd) + waits:
             _close(fd)
+            if fd <= 2:
+                # bwrap read it (--file 0 ...) and closed it: its command starts with
+                # that slot closed. The executor hands a command exactly three standard
+                # descriptors, so it gets /dev/null there (README.md, "Data from a
+                # standard descriptor").
+                stdio[("stdin", "stdout", "stderr")[fd]] = subprocess.DEVNULL
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def started(pid: int) -> None:
@@ -172,7 +180,7 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
 
     reporting = compat.info_fd is not None or compat.json_status_fd is not None
     try:
-        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds,
+        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, **stdio,
                      on_start=started if reporting else None,
                      close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
     except SetupError as exc:

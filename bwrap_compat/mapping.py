@@ -108,16 +108,60 @@ def _realpath(src: str, optional: bool) -> str | None:
         raise _err(f"Can't find source path {src}: {os.strerror(exc.errno or 0)}") from None
 
 
-def _fs_op(op, read_fd, unshare_pid):
+def proc_covers(dest: str) -> list:
+    """The host's procfs bound on ``dest``: its host-global entries (``PROC_READONLY``,
+    those this kernel has) bound again read-only on top, as on a fresh procfs."""
+    return [Bind(f"/proc/{sub}", f"{dest.rstrip('/')}/{sub}", readonly=True)
+            for sub in PROC_READONLY if os.path.lexists(f"/proc/{sub}")]
+
+
+_BINDS = ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--dev-bind-try")
+
+
+def resolve_sources(ops) -> list:
+    """Every bind and overlay source resolved, in order, before anything else is done:
+    bwrap's resolve_symlinks_in_ops, which runs before its clone, so a missing source is
+    refused for the cost of the parse and the realpaths before it (no other op is
+    mapped, no descriptor read). One entry per op: the resolved source of a bind (None:
+    a -try bind whose source is missing), ``(upper, work, lower)`` of an overlay, else None.
+
+    Raises:
+        BwrapArgumentError: ``Can't find source path ...``, bwrap's message.
+    """
+    out = []
+    for op in ops:
+        kind = op.kind
+        if kind in _BINDS:
+            out.append(_realpath(op.src, kind.endswith("-try")))
+        elif kind in ("--bind-fd", "--ro-bind-fd"):
+            out.append(_realpath(op.src, False))
+        elif kind in ("--overlay", "--tmp-overlay", "--ro-overlay"):
+            # bwrap resolves the upper dir, the work dir, then the sources top first.
+            upper = _realpath(op.src, False) if kind == "--overlay" else None
+            work = _realpath(op.workdir, False) if kind == "--overlay" else None
+            lower = tuple(reversed([_realpath(src, False) for src in reversed(op.overlay_srcs)]))
+            out.append((upper, work, lower))
+        else:
+            out.append(None)
+    return out
+
+
+def _fs_op(op, resolved, read_fd, unshare_pid):
+    """``op`` as Policy operations; ``resolved``: its entry of :func:`resolve_sources`."""
     kind, dest = op.kind, sandbox_path(op.dest)
-    if kind in ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--dev-bind-try"):
+    if kind in _BINDS:
         optional = kind.endswith("-try")
-        src = _realpath(op.src, optional)
+        src = resolved
         if src is None:
             return None
-        return Bind(src, dest, readonly=kind.startswith("--ro"), dev=kind.startswith("--dev"), optional=optional)
+        bind = Bind(src, dest, readonly=kind.startswith("--ro"), dev=kind.startswith("--dev"), optional=optional)
+        if src == "/proc" and not bind.readonly:
+            # bwrap binds the host's procfs writable as told (its suite's nested runs do);
+            # pybwrap adds the read-only covers of a fresh procfs (invariant 9).
+            return [bind] + proc_covers(dest)
+        return bind
     if kind in ("--bind-fd", "--ro-bind-fd"):
-        src = _realpath(op.src, False)
+        src = resolved
         try:
             fd_st, path_st = os.fstat(op.fd), os.stat(src)
         except OSError as exc:
@@ -142,11 +186,7 @@ def _fs_op(op, read_fd, unshare_pid):
         # host-global corners re-bound read-only. Stricter than bwrap, which covers
         # them only where access(W_OK) succeeds (never /proc/sys, writable by root
         # although its directory is 0555): always, as pysandbox's own /proc.
-        out = [Bind("/proc", dest)]
-        for sub in PROC_READONLY:
-            if os.path.lexists(f"/proc/{sub}"):
-                out.append(Bind(f"/proc/{sub}", f"{dest.rstrip('/')}/{sub}", readonly=True))
-        return out
+        return [Bind("/proc", dest)] + proc_covers(dest)
     if kind == "--dev":
         return Dev(dest)
     if kind == "--mqueue":
@@ -158,10 +198,7 @@ def _fs_op(op, read_fd, unshare_pid):
     if kind == "--chmod":
         return Chmod(dest, op.perms)
     if kind in ("--overlay", "--tmp-overlay", "--ro-overlay"):
-        # bwrap resolves the upper dir, the work dir, then the sources top first.
-        upper = _realpath(op.src, False) if kind == "--overlay" else None
-        work = _realpath(op.workdir, False) if kind == "--overlay" else None
-        lower = tuple(reversed([_realpath(src, False) for src in reversed(op.overlay_srcs)]))
+        upper, work, lower = resolved
         return Overlay(dest, lower, upper, work, tmp=kind == "--tmp-overlay")
     raise _unsupported(kind, "not mapped")
 
@@ -187,9 +224,9 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
     if cgroup:
         ns.add("cgroup")
     fs = []
-    for op in args.ops:
+    for op, resolved in zip(args.ops, resolve_sources(args.ops)):
         # bwrap mounts a new procfs whenever the pid namespace is not the caller's
-        planned = _fs_op(op, read_fd, args.unshare_pid or args.pidns_fd is not None)
+        planned = _fs_op(op, resolved, read_fd, args.unshare_pid or args.pidns_fd is not None)
         if isinstance(planned, list):
             fs.extend(planned)
         elif planned is not None:
@@ -266,7 +303,7 @@ def with_bwrap_parents(fs: list) -> list:
     """Insert the directories bwrap creates: every missing parent of a destination (mode
     :func:`parent_mode`), and a missing mount point inside a host bind (a directory, or an
     empty 0444 file for a file bind), which bwrap creates on the host."""
-    out: list = []
+    out = view.View()   # indexed: each question costs the depth of the path (thousands of binds)
     for op in fs:
         if not isinstance(op, Chmod) and op.dest != "/":
             parts = op.dest.strip("/").split("/")[:-1]
@@ -282,13 +319,11 @@ def with_bwrap_parents(fs: list) -> list:
                 else:
                     out.append(Dir(op.dest, mode=0o755))
         out.append(op)
-    return out
+    return list(out)
 
 
-def _host_backed(path: str, done: list) -> bool:
-    for op in reversed(done):
-        if view.is_mount(op) and view.under(path, op.dest):
-            return isinstance(op, Bind) and op.src is not None
-    return False
+def _host_backed(path: str, done: view.View) -> bool:
+    i = done.cover(path)
+    return i >= 0 and isinstance(done[i], Bind) and done[i].src is not None
 
 

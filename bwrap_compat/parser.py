@@ -268,6 +268,10 @@ class _Parser:
                 i += 1
             elif arg in ("--new-session", "--die-with-parent", "--as-pid-1"):
                 setattr(a, arg[2:].replace("-", "_"), True)
+            elif arg == "--not-a-security-boundary":
+                # bwrap 0.12: some setup failures MAY then be warnings. pybwrap accepts it
+                # and stays strict (every setup failure is fatal): allowed by its meaning.
+                a.not_a_security_boundary = True
             elif arg in ("--cap-add", "--cap-drop"):
                 need(1, f"{arg} takes an argument")
                 name = argv[i + 1]

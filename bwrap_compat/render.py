@@ -13,7 +13,7 @@ from .args import ALL_CAPS, CAP_NAMES, PERMS_DEFAULT, BwrapArgs
 
 _FLAGS = ("unshare_user", "unshare_user_try", "unshare_ipc", "unshare_pid", "unshare_net", "unshare_uts",
           "unshare_cgroup", "unshare_cgroup_try", "disable_userns", "assert_userns_disabled",
-          "level_prefix", "new_session", "die_with_parent", "as_pid_1")
+          "level_prefix", "new_session", "die_with_parent", "as_pid_1", "not_a_security_boundary")
 _VALUES = (("uid", "--uid"), ("gid", "--gid"), ("hostname", "--hostname"), ("chdir", "--chdir"),
            ("argv0", "--argv0"), ("sync_fd", "--sync-fd"), ("block_fd", "--block-fd"),
            ("userns_block_fd", "--userns-block-fd"), ("info_fd", "--info-fd"),

@@ -129,7 +129,7 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
                      policy.userns_block_fd, joined=policy.userns_fd is not None))
     if policy.die_with_parent:
         ops.append(PdeathSig())
-    done: list = []   # the mount ops so far, for resolving sandbox paths to host paths
+    done = _view.View()   # the mount ops so far, indexed, for resolving sandbox paths to host paths
     for op in policy.fs:
         for planned in _compile_fs(op, done, policy.allow_host_mountpoints):
             done.append(planned)

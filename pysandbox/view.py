@@ -12,6 +12,7 @@ layers ``upper``/``lower``. Host facts are ``lexists``/``stat`` only.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import stat
@@ -42,13 +43,95 @@ def under(path: str, dest: str) -> bool:
     return dest == "/" or path == dest or path.startswith(dest + "/")
 
 
+def _prefixes(path: str):
+    """Every ``dest`` with ``under(path, dest)`` other than "/": ``path`` itself and each
+    prefix of it that ends just before a "/" (so "/a//b" yields "/a/" too, as ``under``)."""
+    yield path
+    k = path.rfind("/")
+    while k > 0:
+        yield path[:k]
+        k = path.rfind("/", 0, k)
+
+
+class View(list):
+    """The ops applied so far, as a list, with an index of their destinations: what
+    :func:`cover`, :func:`exists` and :func:`host_path` ask costs the depth of the path,
+    not the number of ops (a policy of thousands of binds stays linear). Only appends
+    keep the index: any other change of the list is refused."""
+
+    def __init__(self, ops=()):
+        super().__init__()
+        self._mounts: dict = {}      # dest -> indices of the mounts on it, ascending
+        self._at: dict = {}          # dest -> indices of every op on it, ascending
+        self._below: dict = {}       # dest.rstrip("/") of an ancestor -> indices of ops strictly below it
+        self.extend(ops)
+
+    def append(self, op) -> None:
+        i = len(self)
+        super().append(op)
+        dest = getattr(op, "dest", None)
+        if dest is None:
+            return
+        self._at.setdefault(dest, []).append(i)
+        if is_mount(op):
+            self._mounts.setdefault(dest, []).append(i)
+        k = dest.find("/")
+        while k >= 0:
+            self._below.setdefault(dest[:k], []).append(i)
+            k = dest.find("/", k + 1)
+
+    def extend(self, ops) -> None:
+        for op in ops:
+            self.append(op)
+
+    def __iadd__(self, ops):
+        self.extend(ops)
+        return self
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("a View only grows by append/extend (its index would go stale)")
+
+    insert = pop = remove = clear = sort = reverse = __setitem__ = __delitem__ = __imul__ = _refuse
+
+    def cover(self, path: str, limit: int | None = None) -> int:
+        """:func:`cover` among the first ``limit`` ops (all by default)."""
+        limit = len(self) if limit is None else limit
+        best = -1
+        for dest in _prefixes(path):
+            best = max(best, _last_before(self._mounts.get(dest), limit))
+        return max(best, _last_before(self._mounts.get("/"), limit))
+
+    def made_at_or_below(self, path: str, start: int = 0, limit: int | None = None) -> int:
+        """The index of the first op in ``start:limit`` that makes ``path`` or something
+        inside it; -1: none."""
+        limit = len(self) if limit is None else limit
+        first = [_first_from(self._at.get(path), start), _first_from(self._below.get(path.rstrip("/")), start)]
+        found = [i for i in first if 0 <= i < limit]
+        return min(found) if found else -1
+
+
+def _last_before(indices, limit: int) -> int:
+    if not indices:
+        return -1
+    k = bisect.bisect_left(indices, limit)
+    return indices[k - 1] if k else -1
+
+
+def _first_from(indices, start: int) -> int:
+    if not indices:
+        return -1
+    k = bisect.bisect_left(indices, start)
+    return indices[k] if k < len(indices) else -1
+
+
+def _view(done) -> View:
+    return done if isinstance(done, View) else View(done)
+
+
 def cover(path: str, done) -> int:
     """The index in ``done`` of the innermost mount covering ``path``; -1: the setup's
     empty root."""
-    for i in range(len(done) - 1, -1, -1):
-        if is_mount(done[i]) and under(path, done[i].dest):
-            return i
-    return -1
+    return _view(done).cover(path)
 
 
 def _layers(op, rest: str):
@@ -57,14 +140,16 @@ def _layers(op, rest: str):
     return [(layer.rstrip("/") + rest) or "/" for layer in layers]
 
 
-def host_path(sandbox_path: str, done) -> tuple[str | None, object | None]:
-    """Where ``sandbox_path`` lives, given the mount ops applied so far.
+def host_path(sandbox_path: str, done, limit: int | None = None) -> tuple[str | None, object | None]:
+    """Where ``sandbox_path`` lives, given the mount ops applied so far (the first
+    ``limit`` of ``done``, all by default).
 
     Returns ``(host_path, op)``: the host path behind it when the innermost covering
     mount is a host bind or an overlay layer that has it (else None), and that covering
     op (None: the setup tmpfs root).
     """
-    i = cover(sandbox_path, done)
+    done = _view(done)
+    i = done.cover(sandbox_path, limit)
     if i < 0:
         return None, None
     op = done[i]
@@ -79,17 +164,18 @@ def host_path(sandbox_path: str, done) -> tuple[str | None, object | None]:
     return None, op
 
 
-def _made_at_or_below(path: str, ops) -> object | None:
-    """The first op of ``ops`` that makes ``path`` or something inside it."""
-    below = path.rstrip("/") + "/"
-    return next((op for op in ops if getattr(op, "dest", None) == path
-                 or (getattr(op, "dest", None) or "").startswith(below)), None)
+def _made_at_or_below(path: str, done) -> object | None:
+    """The first op of ``done`` that makes ``path`` or something inside it."""
+    done = _view(done)
+    i = done.made_at_or_below(path)
+    return done[i] if i >= 0 else None
 
 
 def exists(path: str, done) -> bool:
     """Whether ``path`` exists in the sandbox after the ops ``done``."""
-    i = cover(path, done)
-    if _made_at_or_below(path, done[i + 1:]) is not None:
+    done = _view(done)
+    i = done.cover(path)
+    if done.made_at_or_below(path, i + 1) >= 0:
         return True
     if i < 0:
         return path == "/"
@@ -101,6 +187,7 @@ def exists(path: str, done) -> bool:
 
 def is_dir(path: str, done) -> bool:
     """Whether ``path`` will be a directory in the sandbox (bwrap's chdir(old_cwd) test)."""
+    done = _view(done)
     host, op = host_path(path, done)
     if host is not None:
         return os.path.isdir(host)
@@ -147,6 +234,7 @@ def check_start_directory(path: str, done, what: str = "cwd", field: str | None 
     from .errors import PolicyError, Reason
     if path == "/":
         return   # the new root: always there
+    done = _view(done)
     host, op = host_path(path, done)
     if isinstance(op, O.MountTmpfs) and op.readonly and op.mode == O.HIDE_MODE:
         raise PolicyError(f"{what} {path}: hidden in the sandbox view (a hide covers {op.dest})",
@@ -189,6 +277,7 @@ def find_executable(name: str, done, env: dict, cwd: str) -> str:
     executable and left to the backend's exec to judge.
     """
     denied = None
+    done = _view(done)
     for cand in exec_candidates(name, env.get("PATH"), cwd):
         host, op = host_path(cand, done)
         if host is None:

@@ -193,6 +193,7 @@ def _named_paths(policy):
     from . import view
     from .fs import Bind, Overlay, fs_dest
     fs = policy.fs
+    indexed = view.View(fs)   # one index: each destination is looked up among the ops before it
     for i, op in enumerate(fs):
         if isinstance(op, Bind) and op.src is not None:
             named = getattr(op, "named_src", op.src)
@@ -201,11 +202,11 @@ def _named_paths(policy):
             for named in getattr(op, "named_sources", op.sources):
                 yield named, named
         dest = fs_dest(op)
-        host, _ = view.host_path(dest, fs[:i])
+        host, _ = view.host_path(dest, indexed, limit=i)
         if host is not None:
             yield dest, host
     if policy.chdir is not None:
-        host, _ = view.host_path(policy.chdir, fs)
+        host, _ = view.host_path(policy.chdir, indexed)
         if host is not None:
             yield policy.chdir, host
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from .. import plan as P
+from .. import view as _view
 from ..errors import Reason, SetupError
 from ..policy import CAPABILITIES
 from ..records import replace
@@ -62,7 +63,7 @@ class _Context:
     def __init__(self, plan: P.Plan, host: HostView):
         self.plan, self.host = plan, host
         self.ops: list[COp] = []
-        self.done: list = []
+        self.done = _view.View()   # indexed: host_path costs the depth of the path
         self.disable_userns = plan.first(P.DisableUserns) is not None
         self.init_needed = "pid" in plan.namespaces and not plan.as_pid_1
         self.init_done = False

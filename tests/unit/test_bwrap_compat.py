@@ -91,7 +91,7 @@ FLAG_CASES = {
     "--unshare-cgroup": "unshare_cgroup", "--unshare-cgroup-try": "unshare_cgroup_try",
     "--disable-userns": "disable_userns", "--assert-userns-disabled": "assert_userns_disabled",
     "--new-session": "new_session", "--die-with-parent": "die_with_parent", "--as-pid-1": "as_pid_1",
-    "--level-prefix": "level_prefix",
+    "--level-prefix": "level_prefix", "--not-a-security-boundary": "not_a_security_boundary",
 }
 
 
@@ -521,7 +521,7 @@ def bwrap_args(draw):
     a = bp.BwrapArgs()
     for flag in ("unshare_user", "unshare_user_try", "unshare_ipc", "unshare_pid", "unshare_net", "unshare_uts",
                  "unshare_cgroup", "unshare_cgroup_try", "disable_userns", "assert_userns_disabled",
-                 "level_prefix", "new_session", "die_with_parent", "as_pid_1"):
+                 "level_prefix", "new_session", "die_with_parent", "as_pid_1", "not_a_security_boundary"):
         setattr(a, flag, draw(st.booleans()))
     for attr in ("uid", "gid", "sync_fd", "block_fd", "userns_block_fd", "info_fd", "json_status_fd",
                  "userns_fd", "userns2_fd", "pidns_fd", "seccomp_fd"):
