@@ -163,8 +163,8 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
             if fd <= 2:
                 # bwrap read it (--file 0 ...) and closed it: its command starts with
                 # that slot closed. The executor hands a command exactly three standard
-                # descriptors, so it gets /dev/null there (README.md, "Data from a
-                # standard descriptor").
+                # descriptors, so it gets /dev/null there (README.md: the corpus's tolerated
+                # differences, the --file 0 entry).
                 stdio[("stdin", "stdout", "stderr")[fd]] = subprocess.DEVNULL
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
