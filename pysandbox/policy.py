@@ -274,8 +274,10 @@ class Policy:
                 real = canonical(path)
                 _check_source(real, what)
                 items.append((real, 0, Bind(path, real, readonly=what == "ro")))
+        wd = "/"   # what a relative chdir is relative to
         if hasattr(workdir, "policy_ops"):   # a Workspace: an overlay on the project (workspace.py)
             items += workdir.policy_ops(overrides)
+            wd = workdir.project
         elif workdir is not None:
             given = check_path(_absolute(workdir, lexical=True), "workdir", field="workdir")
             wd = canonical(given)
@@ -288,7 +290,7 @@ class Policy:
             items.append((wd, 0, Bind(given, wd)))
             overrides.setdefault("chdir", wd)
         if overrides.get("chdir") is not None:   # relative: to the workdir, else /
-            overrides["chdir"] = in_sandbox(overrides["chdir"], wd if workdir is not None else "/")
+            overrides["chdir"] = in_sandbox(overrides["chdir"], wd)
         scratch = scratch_items(overrides.pop("home", "host"), overrides.pop("home_files", ()))   # home.py
         items += scratch
         for path in _paths(tmpfs, "tmpfs"):
