@@ -41,6 +41,7 @@ class Pool:
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 64:
             raise PolicyError("size must be an int from 1 to 64", Reason.INVALID_VALUE, size)
         self.policy = policy if policy is not None else Policy.default()
+        self._caller_start = policy is None   # with no policy, commands start where the caller is (session.py)
         self.backend = backend
         self.size = size
         self._cv = threading.Condition()
@@ -70,7 +71,7 @@ class Pool:
                 continue
             t0 = time.monotonic()
             try:
-                sb = Sandbox(self.policy, self.backend)
+                sb = Sandbox(self.policy, self.backend, caller_directory=self._caller_start)
             except BaseException as exc:   # noqa: BLE001 - handed to the callers
                 with self._cv:
                     self._error, self._failures = exc, self._failures + 1

@@ -40,7 +40,7 @@ from .execpath import exec_candidates
 from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
-from .process import SandboxProcess, compiled, run_process
+from .process import SandboxProcess, caller_directory, compiled, run_process
 from .view import sandbox_cwd
 
 START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
@@ -204,7 +204,8 @@ class SessionProcess(RemotePopen):
 
     ``pid`` is the command's pid inside the sandbox. ``send_signal``/``terminate`` reach
     the command; ``kill()`` ends it and every process it made (setsid'd ones too).
-    ``cwd`` is a path inside the sandbox (default: the policy's working directory).
+    ``cwd`` is a path inside the sandbox (default: the policy's working directory; with no
+    policy, the caller's directory when the command is run, where the sandbox shows it).
 
     Raises:
         PolicyError: a refused argument (the policy decides users, umask, ...).
@@ -264,7 +265,11 @@ class Sandbox:
     """
 
     def __init__(self, policy: Policy | None = None, backend: str = "auto", *,
-                 start_timeout: float = START_TIMEOUT):
+                 start_timeout: float = START_TIMEOUT, caller_directory: bool | None = None):
+        # With no policy a command starts where the caller is when it is run, as with
+        # subprocess (process.caller_directory); caller_directory=True asks for that rule
+        # with a default policy made elsewhere (a Pool's).
+        self._caller_start = policy is None if caller_directory is None else bool(caller_directory)
         self.policy = policy if policy is not None else Policy.default()
         if "pid" not in self.policy.namespaces:
             raise PolicyError("a session needs a pid namespace (its server is the pid 1 that ends every "
@@ -337,7 +342,7 @@ class Sandbox:
         """``cwd`` as an absolute path inside the sandbox (relative: to the policy's
         working directory; None: that directory)."""
         if cwd is None:
-            return self.plan.chdir
+            return caller_directory(self.plan).chdir if self._caller_start else self.plan.chdir
         return sandbox_cwd(cwd, self.plan.chdir)
 
     def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True) -> _RemoteChild:

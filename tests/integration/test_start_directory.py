@@ -41,6 +41,27 @@ def test_no_policy_starts_in_the_callers_directory(backend, wd, monkeypatch):
         os.rmdir(private)
 
 
+def test_no_policy_sessions_and_pools_start_in_the_callers_directory(backend, wd, monkeypatch):
+    """As one-shot runs: a Sandbox or Pool made with no policy starts each command where
+    the caller is when it runs it (else /); control: with a policy, its workdir."""
+    monkeypatch.chdir(os.path.join(wd, "sub"))
+    with pysandbox.Sandbox(backend=backend) as box, pysandbox.Pool(size=1, backend=backend) as pool:
+        for run in (box.run, pool.run):
+            assert run(["pwd"], capture_output=True, timeout=120).stdout.decode() == os.path.join(wd, "sub") + "\n"
+        monkeypatch.chdir(wd)
+        for run in (box.run, pool.run):
+            assert run(["pwd"], capture_output=True, timeout=120).stdout.decode() == wd + "\n"
+        private = tempfile.mkdtemp(prefix="pysandbox-test-", dir="/tmp")
+        try:
+            monkeypatch.chdir(private)
+            for run in (box.run, pool.run):
+                assert run(["pwd"], capture_output=True, timeout=120).stdout.decode() == "/\n"
+        finally:
+            os.rmdir(private)
+    with pysandbox.Sandbox(pysandbox.Policy.default(workdir=os.path.join(wd, "sub")), backend=backend) as box:
+        assert box.run(["pwd"], capture_output=True, timeout=120).stdout.decode() == os.path.join(wd, "sub") + "\n"
+
+
 @pytest.mark.parametrize("where", ["nope", "file"])
 def test_missing_cwd_is_one_error_for_one_shot_and_sessions(backend, wd, where):
     open(os.path.join(wd, "file"), "w").close()
