@@ -22,6 +22,15 @@ CAPABILITIES = (
 PROXY_BOUNDS = {"head_timeout": 10.0, "idle_timeout": 300.0, "max_connections": 1024}
 
 
+def shown(path: str) -> str:
+    """``path`` quoted for a message: as written where every character is printable or a
+    byte that is not UTF-8 (the surrogateescape form, which the CLI writes back as that
+    byte: cli_errors.write_line), else ``repr`` (control characters stay visible)."""
+    if all(ch.isprintable() or "\udc80" <= ch <= "\udcff" for ch in path):
+        return f"'{path}'"
+    return repr(path)
+
+
 def check_path(path, what: str = "path", field: str | None = None) -> str:
     """An absolute, NUL-free path, normalised (no '.', '..' or repeated '/'). ``field``
     goes on the PolicyError (the option the CLI names)."""
@@ -45,22 +54,22 @@ def _check_path(path, what: str) -> str:
     if not path or "\x00" in path:
         raise PolicyError(f"{what} is empty or contains NUL: {path!r}", Reason.INVALID_PATH, path)
     if not path.startswith("/"):
-        raise PolicyError(f"{what} must be absolute: {path!r}", Reason.INVALID_PATH, path)
+        raise PolicyError(f"{what} must be absolute: {shown(path)}", Reason.INVALID_PATH, path)
     try:
         raw = os.fsencode(path)
     except UnicodeEncodeError:
         raise PolicyError(f"{what} is not a byte string's text form (a lone surrogate): {path!r}",
                           Reason.INVALID_PATH, path) from None
     if len(raw) >= 4096:
-        raise PolicyError(f"{what} is longer than PATH_MAX: {path[:40]!r}...", Reason.INVALID_PATH, path)
+        raise PolicyError(f"{what} is longer than PATH_MAX: {shown(path[:40])}...", Reason.INVALID_PATH, path)
     parts = []
     for part in path.split("/"):
         if part in ("", "."):
             continue
         if part == "..":
-            raise PolicyError(f"{what} must not contain '..': {path!r}", Reason.INVALID_PATH, path)
+            raise PolicyError(f"{what} must not contain '..': {shown(path)}", Reason.INVALID_PATH, path)
         if len(os.fsencode(part)) > 255:
-            raise PolicyError(f"{what} has a component longer than NAME_MAX: {path[:40]!r}...",
+            raise PolicyError(f"{what} has a component longer than NAME_MAX: {shown(path[:40])}...",
                               Reason.INVALID_PATH, path)
         parts.append(part)
     return "/" + "/".join(parts)

@@ -78,6 +78,19 @@ def test_cli_missing_non_utf8_chdir_is_not_a_traceback(backend, raw_dir):
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+def test_a_refused_non_utf8_path_is_echoed_by_its_bytes(backend, raw_dir):
+    """pysandbox's own message names a refused path by its bytes, as the shell and bwrap
+    echo it, never by Python's escapes (issue 31 item 5). Control: a path with a control
+    character stays escaped, so the one-line message stays one line."""
+    bad = os.path.join(raw_dir, b"sub-\xff", b"..", b"x")
+    done = cli(backend, "--workdir", raw_dir, "--ro", bad, "--", "true", cwd="/")
+    assert done.returncode == 2 and b"\\udc" not in done.stderr, done.stderr
+    assert done.stderr.count(bad) == 2, done.stderr   # the flag's echo and the quoted path
+    newline = os.path.join(raw_dir, b"a\nb", b"..", b"x")
+    done = cli(backend, "--workdir", raw_dir, "--ro", newline, "--", "true", cwd="/")
+    assert done.returncode == 2 and b"a\\nb" in done.stderr, done.stderr
+
+
 def test_api_workdir_and_cwd_as_bytes(backend, raw_dir):
     policy = pysandbox.Policy.default(workdir=raw_dir)
     out = pysandbox.check_output(["sh", "-c", "pwd; echo x > api"], policy=policy, backend=backend,
