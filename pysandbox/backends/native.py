@@ -26,7 +26,6 @@ import os
 import threading
 
 from .. import plan as P
-from ..errors import NativeModuleMissing, Reason
 from ..execpath import exec_candidates
 from .base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.

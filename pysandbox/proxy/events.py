@@ -12,7 +12,6 @@ few lines a second to the launcher's log (or a ``--verbose`` terminal).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bwrap_compat import parser as bp
-from bwrap_compat.mapping import caps_of, env_of, parent_mode, to_policy, with_bwrap_parents
+from bwrap_compat.mapping import env_of, parent_mode, to_policy, with_bwrap_parents
 from bwrap_compat.render import to_argv
 from pysandbox import policy as P
 from pysandbox.errors import BwrapArgumentError, Reason

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings

@@ -15,7 +15,7 @@ from pysandbox import plan as P
 from pysandbox import policy as PP
 from pysandbox.backends import landlock
 from pysandbox.backends import native as N
-from pysandbox.errors import CapabilityUnavailable, Reason, SetupError, UserNamespaceUnavailable
+from pysandbox.errors import CapabilityUnavailable, Reason, UserNamespaceUnavailable
 
 
 def _plan(**kw):
