@@ -7,10 +7,13 @@ file beside it (not where build_ext writes), which stays."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
 import sys
+
+from tests.support import not_applicable
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -34,6 +37,10 @@ cmd.run()
 
 
 def test_a_failed_build_removes_the_module_an_earlier_build_left(tmp_path):
+    if importlib.util.find_spec("setuptools") is None:
+        # a venv of Python 3.12+ has none; a source install builds in pip's own isolated
+        # environment (pyproject.toml's build-system), which this test cannot drive
+        not_applicable("no setuptools in this environment to drive setup.py's build_ext")
     (tmp_path / "x.c").write_text("int x;\n")
     env = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "LDSHARED": "/bin/false"}
     env.pop("PYSANDBOX_REQUIRE_NATIVE", None)
