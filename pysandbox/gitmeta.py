@@ -57,9 +57,9 @@ def protected(writable: Iterable[str], named: Iterable[str] = ()) -> list[str]:
     return out
 
 
-def default_binds(items: Iterable[tuple], protect_git=True) -> tuple:
-    """``Policy.default``'s read-only ``.git`` binds, to go after its binds: ``items`` are
-    its ``(path, rank, op)`` entries (rank 0 a bind). Empty when ``protect_git`` is False.
+def default_binds(writable: Iterable[str], named: Iterable[str], protect_git=True) -> tuple:
+    """``Policy.default``'s read-only ``.git`` binds, to go after its binds: ``writable``
+    its writable binds, ``named`` every path it names. Empty when ``protect_git`` is False.
 
     Raises:
         PolicyError: ``protect_git`` not a bool (``invalid_value``).
@@ -68,9 +68,6 @@ def default_binds(items: Iterable[tuple], protect_git=True) -> tuple:
         raise PolicyError("protect_git must be a bool", Reason.INVALID_VALUE, protect_git, field="protect_git")
     if not protect_git:
         return ()
-    items = list(items)
-    writable = [path for path, rank, op in items if rank == 0 and isinstance(op, Bind) and not op.readonly]
-    named = [path for path, _, _ in items]
     return tuple(Bind(path, path, readonly=True) for path in protected(writable, named))
 
 
