@@ -10,7 +10,7 @@ files is not enough: a command that can write ``.git`` can create ``.git/commond
 (git then reads its config from a directory the command chose) or rename ``.git`` away
 and make a new one. So ``Policy.default`` binds each writable path's own ``.git``
 (a directory, or a linked worktree's ``.git`` file) read-only onto itself when the policy
-is built: inside, git reads the repository but cannot commit, fetch or change its
+is built (a Workspace's overlay is a writable path: its writes reach the host at commit): inside, git reads the repository but cannot commit, fetch or change its
 configuration ("Read-only file system"); the bind is a mount point, so it can be neither
 renamed nor removed. As Codex does for its writable roots.
 
@@ -74,7 +74,7 @@ def default_binds(writable: Iterable[str], named: Iterable[str], protect_git=Tru
 def coverage(policy) -> dict:
     """What the policy does about git metadata, for ``status``: ``protected`` (the
     read-only ``.git`` binds inside writable paths) and the ``opt_out``."""
-    writable = [op.dest for op in policy.fs if isinstance(op, Bind) and not op.readonly]
+    writable = policy.writable_paths
     binds = [op.dest for op in policy.fs if isinstance(op, Bind) and op.readonly
              and os.path.basename(op.dest) == ".git"
              and any(os.path.dirname(op.dest) == w for w in writable)]

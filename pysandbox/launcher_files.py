@@ -6,7 +6,8 @@ writable: a command could then drop a ``.pth`` file into ``site-packages`` or re
 pysandbox itself, and the caller's next Python start would run it on the host,
 unsandboxed. So ``Policy.default`` binds read-only onto itself each of
 :func:`paths` (the interpreter's prefixes, and the directories pysandbox and
-bwrap_compat are imported from) that lies strictly inside a writable path of the policy.
+bwrap_compat are imported from) that lies strictly inside a writable path of the policy (a Workspace's overlay is one: its
+writes reach the host at commit).
 
 What the caller names wins: a launcher path that is itself the workdir or a named
 ``rw`` path (``--rw .venv`` to let a command ``pip install`` into the launcher's own
