@@ -62,6 +62,7 @@ class Reason(str, enum.Enum):
     SESSION_UNAVAILABLE = "session_unavailable"
     SESSION_CLOSED = "session_closed"
     SESSION_LOST = "session_lost"
+    ALLOW_LIST_WIDENED = "allow_list_widened"
     # workspaces (workspace.py, workspace_commit.py)
     WORKSPACE_CONFLICT = "workspace_conflict"
     WORKSPACE_CHANGED = "workspace_changed"
