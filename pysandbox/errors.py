@@ -231,6 +231,7 @@ _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.SESSION_UNAVAILABLE: SessionError,
     Reason.SESSION_CLOSED: SessionError,
     Reason.SESSION_LOST: SessionError,
+    Reason.ALLOW_LIST_WIDENED: PolicyError,
     Reason.USER_NAMESPACE_UNAVAILABLE: UserNamespaceUnavailable,
     Reason.NETWORK_NAMESPACE_UNAVAILABLE: NetworkNamespaceUnavailable,
     Reason.NETWORK_MODE_UNSUPPORTED: NetworkModeUnsupported,
