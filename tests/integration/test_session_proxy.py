@@ -355,3 +355,36 @@ def test_an_asyncio_session_in_proxy_mode(backend, tmp_path, echo):
     assert done.stdout.strip() == b"200 ping" and done.proxy.counts == {"allowed": 1, "refused": 0}
     assert narrowed.stdout.strip() == b"403" and narrowed.proxy.counts == {"allowed": 0, "refused": 1}
     assert late.stdout.strip() == b"407" and _reasons(session) == [("refused", "proxy_auth_required")]
+
+
+# SOCKS5 through the proxy of ALL_PROXY: no-auth only, a wrong password, the command's
+# own credential (RFC 1929); prints the proxy's answers.
+SOCKS = r'''
+import os, socket, struct, sys, urllib.parse
+u = urllib.parse.urlsplit(os.environ["ALL_PROXY"])
+host, port = sys.argv[1].rsplit(":", 1)
+def attempt(methods, user=None, password=None):
+    s = socket.create_connection((u.hostname, u.port), timeout=20)
+    s.sendall(bytes([5, len(methods), *methods]))
+    chosen = s.recv(2)
+    if chosen != b"\x05\x02":
+        return chosen.hex()
+    s.sendall(bytes([1, len(user)]) + user + bytes([len(password)]) + password)
+    status = s.recv(2)
+    if status != b"\x01\x00":
+        return "auth " + status.hex()
+    s.sendall(b"\x05\x01\x00\x01" + socket.inet_aton(host) + struct.pack(">H", int(port)))
+    rep = s.recv(10)
+    s.sendall(b"ping\n")
+    return "connect " + rep[:2].hex() + " " + s.recv(100).decode().strip()
+print(attempt([0]))
+print(attempt([0, 2], u.username.encode(), b"wrong"))
+print(attempt([0, 2], u.username.encode(), u.password.encode()))
+'''
+
+
+def test_socks5_asks_for_the_commands_credential(sb, echo):
+    done = _run(sb, [python_in_sandbox(), "-I", "-c", SOCKS, echo[0]])
+    assert done.stdout.splitlines() == ["05ff", "auth 0101", "connect 0500 ping"], done.stdout
+    assert _reasons(done.proxy) == [("allowed", "ok")]
+    assert _reasons(sb.proxy) == [("refused", "proxy_auth_required")] * 2
