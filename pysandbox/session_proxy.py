@@ -21,11 +21,12 @@ session's ``run``/``create_subprocess_exec``) narrows the command's list; an ent
 session's list does not cover raises PolicyError (``allow_list_widened``).
 ``on_proxy_event=`` is that command's callback.
 
-What does not hold (THREAT_MODEL): the commands of one session share a uid, so a
-command can read a *concurrent* command's environment (``/proc/PID/environ``), and with
-it use that command's credential while it runs. The session's allow list still bounds
-it; attribution between concurrent commands of one session is accounting, not a
-boundary. A pool (a sandbox per command) is the boundary.
+Concurrent commands (THREAT_MODEL.md): each command of a session is in a Landlock
+domain of its own where the kernel has Landlock, and the kernel refuses a read of
+another domain's ``/proc/PID/environ``. Without one the commands are one uid: a command
+can read a running command's credential there and use it until that command ends
+(within the session's list, recorded on its owner). A pool (a sandbox per command) is
+the boundary everywhere.
 """
 
 from __future__ import annotations
