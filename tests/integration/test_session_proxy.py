@@ -20,22 +20,18 @@ import pytest
 import pysandbox
 from pysandbox import aio
 from pysandbox.errors import PolicyError, Reason
-from tests.support import loopback, need, python_in_sandbox
+from tests.support import loopback, need, python_in_sandbox, tunnel
 from tests.support.loopback import LoopbackServer
 
 pytestmark = pytest.mark.requires("userns")
 
 # A CONNECT through the proxy, with the credential of the proxy URL argv[2] ("env": the
-# command's own HTTPS_PROXY; "environ:PID": the HTTPS_PROXY read from that process's
-# /proc/PID/environ; "none": the command's URL without its credential). Prints the
+# command's own HTTPS_PROXY; "none": the command's URL without its credential). Prints the
 # status code and, through an open tunnel, what the echo server sent back.
-CLIENT = r'''
-import base64, os, socket, sys, urllib.parse
+CLIENT = tunnel.SOURCE + r'''
+import base64, os, sys, urllib.parse
 target, which = sys.argv[1], sys.argv[2]
-if which.startswith("environ:"):
-    raw = open(f"/proc/{which[8:]}/environ", "rb").read().split(b"\0")
-    url = dict(v.decode().split("=", 1) for v in raw if b"=" in v)["HTTPS_PROXY"]
-elif which in ("env", "none"):
+if which in ("env", "none"):
     url = os.environ["HTTPS_PROXY"]
 else:
     url = which
@@ -44,14 +40,7 @@ auth = ""
 if u.username is not None and which != "none":
     token = base64.b64encode(f"{u.username}:{u.password}".encode()).decode()
     auth = f"Proxy-Authorization: Basic {token}\r\n"
-s = socket.create_connection((u.hostname, u.port), timeout=20)
-s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n".encode())
-head = b""
-while b"\r\n\r\n" not in head:
-    c = s.recv(1)
-    if not c:
-        break
-    head += c
+s, head = connect_tunnel((u.hostname, u.port), target, step=1, headers=auth)
 code = head.split(b" ")[1].decode() if head else "eof"
 if code == "200":
     s.sendall(b"ping\n")
@@ -203,12 +192,8 @@ def test_control_without_landlock_a_credential_can_be_borrowed_while_its_command
 
 # A command that opens a tunnel to argv[1] with its credential and hands the socket to
 # the command listening on the unix socket argv[2] (SCM_RIGHTS), then waits for stdin.
-GIVER = CLIENT.split("s.sendall(f\"CONNECT")[0] + r'''
-import array
-s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n".encode())
-head = b""
-while b"\r\n\r\n" not in head:
-    head += s.recv(1)
+GIVER = CLIENT.split("s, head = connect_tunnel")[0] + r'''
+s, head = connect_tunnel((u.hostname, u.port), target, step=1, headers=auth)
 assert head.startswith(b"HTTP/1.1 200"), head
 u = socket.socket(socket.AF_UNIX)
 u.connect(sys.argv[3])
