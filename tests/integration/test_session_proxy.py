@@ -168,8 +168,10 @@ def test_a_concurrent_commands_credential_cannot_be_read(sb, echo):
     assert stolen.stdout == "" and "Permission denied" in stolen.stderr, (stolen.stdout, stolen.stderr)
     assert borrowed is None and victim.proxy.counts == {"allowed": 0, "refused": 0}
     # live control: the same read of a process of its own (a child) works
-    own = _run(sb, ["sh", "-c", "sleep 30 & p=$!; tr '\\0' '\\n' < /proc/$p/environ | grep -c ^HTTPS_PROXY=http; "
-                                "kill $p"])
+    # (polled: a child read between its fork and its exec shows an empty environ)
+    own = _run(sb, ["sh", "-c", "sleep 30 & p=$!; i=0; while [ $i -lt 200 ] && ! tr '\\0' '\\n' < /proc/$p/environ "
+                                "| grep -q ^HTTPS_PROXY=http; do sleep 0.05; i=$((i+1)); done; "
+                                "tr '\\0' '\\n' < /proc/$p/environ | grep -c ^HTTPS_PROXY=http; kill $p"])
     assert own.stdout == "1\n", own.stdout
 
 
