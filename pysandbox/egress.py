@@ -21,23 +21,24 @@ import threading
 from .errors import PolicyError, Reason, SetupError
 from .policy import PROXY_BOUNDS, PROXY_ENV_NAMES, PROXY_PORT
 
-def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
+def proxy_env(port: int = PROXY_PORT, userinfo: str = "") -> dict[str, str]:
     """The variables a proxy-mode command gets (both spellings; NO_PROXY is unset, never
-    ``localhost``: inside, localhost is the sandbox's own loopback, which reaches nothing)."""
-    http = f"http://127.0.0.1:{port}"
-    socks = f"socks5h://127.0.0.1:{port}"
+    ``localhost``: inside, localhost is the sandbox's own loopback, which reaches nothing).
+    ``userinfo``: ``user:password@``, a session command's credential (session_proxy.py)."""
+    http = f"http://{userinfo}127.0.0.1:{port}"
+    socks = f"socks5h://{userinfo}127.0.0.1:{port}"
     env = {}
     for name, value in (("HTTP_PROXY", http), ("HTTPS_PROXY", http), ("ALL_PROXY", socks)):
         env[name] = env[name.lower()] = value
     return env
 
 
-def apply_proxy_env(env: dict[str, str], port: int = PROXY_PORT) -> None:
+def apply_proxy_env(env: dict[str, str], port: int = PROXY_PORT, userinfo: str = "") -> None:
     """Set the proxy variables in ``env`` over whatever it inherited (the caller's own
     HTTP_PROXY, a NO_PROXY list) and drop NO_PROXY/no_proxy."""
     for name in PROXY_ENV_NAMES:
         env.pop(name, None)
-    env.update(proxy_env(port))
+    env.update(proxy_env(port, userinfo))
 
 
 def check_callback(on_event) -> None:
@@ -58,13 +59,15 @@ class Egress:
     proxy's thread (an exception it raises is logged, never reaches the proxy).
     ``bounds``: ``head_timeout``, ``idle_timeout``, ``max_connections``, the engine's
     (the policy's :class:`pysandbox.policy.Network` fields; default ``PROXY_BOUNDS``).
+    ``tenants``: a session's (pysandbox/session_proxy.py): every connection must carry a
+    live command's credential, and is recorded on that command, not here.
 
     Raises:
         PolicyError: an allow-list entry is invalid (``invalid_value``).
         TypeError: a bound that is not one of ``PROXY_BOUNDS``.
     """
 
-    def __init__(self, hosts, *, on_event=None, resolver=None, port: int = PROXY_PORT, **bounds):
+    def __init__(self, hosts, *, on_event=None, resolver=None, port: int = PROXY_PORT, tenants=None, **bounds):
         from .proxy.rules import AllowList
         check_callback(on_event)
         self.port = port
@@ -75,6 +78,7 @@ class Egress:
         self.allow = AllowList.from_strings(tuple(hosts))
         self._on_event = on_event
         self._resolver = resolver
+        self.tenants = tenants   # a session's per-command credentials (pysandbox/proxy/tenants.py), or None
         self._engine = None   # the EgressProxy, once start() made it
         self._lock = threading.Lock()
         self._closed = False
@@ -112,7 +116,7 @@ class Egress:
                     sock.close()
                 return
             self._engine = EgressProxy(listeners, self.allow, resolver=self._resolver, on_event=self._on_event,
-                                       **self._bounds)
+                                       tenants=self.tenants, **self._bounds)
             self._engine.start()
 
     def close(self) -> None:

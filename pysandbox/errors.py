@@ -62,6 +62,7 @@ class Reason(str, enum.Enum):
     SESSION_UNAVAILABLE = "session_unavailable"
     SESSION_CLOSED = "session_closed"
     SESSION_LOST = "session_lost"
+    ALLOW_LIST_WIDENED = "allow_list_widened"
     # workspaces (workspace.py, workspace_commit.py)
     WORKSPACE_CONFLICT = "workspace_conflict"
     WORKSPACE_CHANGED = "workspace_changed"
@@ -230,6 +231,7 @@ _BY_REASON: dict[Reason, type[SandboxError]] = {
     Reason.SESSION_UNAVAILABLE: SessionError,
     Reason.SESSION_CLOSED: SessionError,
     Reason.SESSION_LOST: SessionError,
+    Reason.ALLOW_LIST_WIDENED: PolicyError,
     Reason.USER_NAMESPACE_UNAVAILABLE: UserNamespaceUnavailable,
     Reason.NETWORK_NAMESPACE_UNAVAILABLE: NetworkNamespaceUnavailable,
     Reason.NETWORK_MODE_UNSUPPORTED: NetworkModeUnsupported,

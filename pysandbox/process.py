@@ -146,7 +146,7 @@ class SandboxProcess(BackendPopen):
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
                  env=None, pass_fds=(), on_start=None, cwd=None,
                  close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None,
-                 on_proxy_event=None, _proxy_resolver=None, **kwargs):
+                 on_proxy_event=None, _proxy_resolver=None, _proxy_tenants=None, **kwargs):
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session"):
             if kwargs.get(bad) not in (None, False):
@@ -186,9 +186,11 @@ class SandboxProcess(BackendPopen):
         self.proxy = None
         if self.plan.network.mode == "proxy":
             # _proxy_resolver: tests only (names of test hosts in a network namespace the
-            # test made); the default is the engine's, the host's resolver.
+            # test made); the default is the engine's, the host's resolver. _proxy_tenants:
+            # a session's per-command credentials (pysandbox/session_proxy.py).
             net = self.plan.network
             self.proxy = Egress(net.allow_hosts, on_event=on_proxy_event, resolver=_proxy_resolver,
+                                tenants=_proxy_tenants,
                                 head_timeout=net.head_timeout, idle_timeout=net.idle_timeout,
                                 max_connections=net.max_connections)
             apply_proxy_env(self._sandbox_env, self.proxy.port)

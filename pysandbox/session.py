@@ -33,9 +33,10 @@ import uuid
 
 from . import plan as P
 from . import session_proto as W
+from . import session_proxy
 from ._popen import RemotePopen
 from .backends import landlock
-from .errors import NetworkModeUnsupported, PolicyError, Reason, SessionError
+from .errors import PolicyError, Reason, SessionError
 from .execpath import exec_candidates
 from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
@@ -51,12 +52,18 @@ _REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable"
 
 
 class _Command:
-    __slots__ = ("pid", "failed", "status")
+    __slots__ = ("pid", "failed", "status", "on_exit")
 
     def __init__(self):
         self.pid = None
         self.failed = None
         self.status = None
+        self.on_exit = None   # called once (under the channel's lock) when it failed, ended or was lost
+
+    def ended(self) -> None:
+        hook, self.on_exit = self.on_exit, None
+        if hook is not None:
+            hook()
 
 
 class Channel:
@@ -138,15 +145,18 @@ class Channel:
                 cmd.pid = ev.a
             elif ev.kind == W.FAILED:
                 cmd.failed = ev
+                cmd.ended()
             elif ev.kind == W.EXITED:
                 cmd.status = ev.a
                 del self.commands[ev.id]
+                cmd.ended()
         if lost is not None and self.lost is None:
             self.lost = lost
             for cmd in self.commands.values():   # the sandbox is gone, and they with it
                 if cmd.pid is None and cmd.failed is None:
                     cmd.failed = W.Event(W.FAILED, 0, 0, 0)
                 cmd.status = signal.SIGKILL
+                cmd.ended()
             self.commands.clear()
 
 
@@ -232,14 +242,23 @@ class SessionProcess(RemotePopen):
         self._env = session.command_env(env)
         self._env["PWD"] = self._cwd
         self._fds = tuple(sorted(set(session.policy.pass_fds) | {check_fd(fd, "pass_fds entry") for fd in pass_fds}))
+        # network proxy mode: this command's credential and record (pysandbox/session_proxy.py)
+        self.proxy = session_proxy.command_proxy(session, self._env, kwargs)
         # deferred (asyncio): the constructor returns once the command was sent; the
         # caller awaits its STARTED (``session.started``) before using ``pid``.
         self._deferred = _deferred
-        super().__init__(argv, **kwargs)
+        try:
+            super().__init__(argv, **kwargs)
+        except BaseException:
+            if self.proxy is not None:
+                self.proxy.revoke()   # never started: its credential with it
+            raise
 
     def _start_child(self, argv, stdin, stdout, stderr):
-        return self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
-                                   [0, 1, 2, *self._fds], wait=not self._deferred)
+        child = self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
+                                    [0, 1, 2, *self._fds], wait=not self._deferred)
+        session_proxy.attach(self.proxy, child)
+        return child
 
     def forward_signal(self, sig) -> None:
         """As :meth:`pysandbox.SandboxProcess.forward_signal`: ``sig`` to the command."""
@@ -256,9 +275,6 @@ class Sandbox:
     Raises (from the constructor):
         PolicyError: invalid policy; a policy without a pid namespace; a policy with
             ``limits`` (``conflicting_options``: resource limits are per one-shot launch).
-        NetworkModeUnsupported (network_mode_unsupported): network ``proxy``, one-shot
-            only (run/Popen/aio) for now: a session's commands would need the proxy
-            variables and its events per command (docs/ARCHITECTURE.md).
         BackendUnavailable, CapabilityUnavailable, SetupError: as a one-shot launch.
         SessionError (session_unavailable): the server cannot run here (no native module
             to carry it, no procfs at /proc) or did not become ready.
@@ -280,9 +296,8 @@ class Sandbox:
             raise PolicyError("resource limits apply to one-shot launches (run, Popen), not to sessions or "
                               "pools: launch the command with the policy instead", Reason.CONFLICTING_OPTIONS,
                               "limits", field="limits")
-        if self.policy.network.mode == "proxy":
-            raise NetworkModeUnsupported("network mode 'proxy' runs one-shot sandboxes (run, Popen, aio), not "
-                                         "sessions or pools yet", Reason.NETWORK_MODE_UNSUPPORTED)
+        # network proxy mode: one engine for the session, a credential per command
+        self.egress = session_proxy.for_policy(self.policy)
         self.plan = compiled(self.policy)
         ops = self.plan.mount_ops
         if not any(isinstance(op, P.MountProc) and op.dest == "/proc" and not P.shadowed(i, ops)
@@ -308,7 +323,8 @@ class Sandbox:
             server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-L", str(ll)] if ll else [])
             self._server = SandboxProcess(server,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          **session_proxy.launch_kwargs(self.egress))
         except BaseException:
             self._closed = True
             ours.close()
@@ -383,6 +399,13 @@ class Sandbox:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def proxy(self):
+        """Network proxy mode: the session's :class:`pysandbox.egress.Egress`, whose
+        ``counts``/``events`` are the connections attributed to no command (no valid
+        credential: pysandbox/session_proxy.py); None in other modes."""
+        return None if self._server is None else self._server.proxy
 
     def close(self) -> None:
         """End every process of the sandbox; nothing of it is left on the host."""

@@ -41,6 +41,7 @@ REASONS = {
     "too_many_connections": "the proxy's connection budget was reached: it stopped accepting until a connection ends",
     "unsupported_command": "a SOCKS5 command other than CONNECT",
     "closed": "the proxy was closed while the connection was being set up",
+    "proxy_auth_required": "a session's proxy: no credential, or not one of a running command of the session",
 }
 
 

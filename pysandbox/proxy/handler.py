@@ -34,7 +34,7 @@ __all__ = ["Connection", "Refusal"]
 CHUNK = 65536
 BUFFER = 65536
 _HTTP_STATUS = {"bad_request": 400, "unsupported_command": 400, "timeout": 408, "resolve_failed": 502,
-                "connect_failed": 502, "too_many_connections": 503}
+                "connect_failed": 502, "too_many_connections": 503, "proxy_auth_required": 407}
 _SOCKS_CODE = {"resolve_failed": 0x04, "connect_failed": 0x05, "bad_request": 0x01, "timeout": 0x06,
                "unsupported_command": 0x07, "bad_address_type": 0x08, "closed": 0x01}
 _SOCKS_OK = b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00"
@@ -64,6 +64,7 @@ class Connection:
         self.verdict: tuple[str, str] | None = None
         self.emitted = False
         self._idle = None         # the relay's deadline (asyncio.Timeout), moved on by every byte
+        self.tenant = None        # a session's command this connection is attributed to (proxy/tenants.py)
 
     # ---------------------------------------------------------------- life
 
@@ -88,6 +89,8 @@ class Connection:
             if self.verdict is None and self.upstream is not None:
                 self.verdict = (ALLOWED, "ok")
             self._emit()
+            if self.tenant is not None:
+                self.proxy.tenants.release(self.tenant, asyncio.current_task())
             for w in (self.upstream, self.writer):
                 if w is not None:
                     w.close()
@@ -108,7 +111,7 @@ class Connection:
         verdict, reason = self.verdict
         self.proxy._record(ProxyEvent(time=time.time(), host=self.host, port=self.port, verdict=verdict,
                                       reason=reason, protocol=self.protocol, bytes_up=self.bytes_up,
-                                      bytes_down=self.bytes_down, address=self.address))
+                                      bytes_down=self.bytes_down, address=self.address), tenant=self.tenant)
 
     async def _answer_refusal(self, refusal: Refusal) -> None:
         if self.replied or self.writer.is_closing() or refusal.reason == "closed":
@@ -141,6 +144,8 @@ class Connection:
                 else:
                     request = await self._http_request(first)
                     host, port = request.host, request.port
+                    self.host, self.port = printable(host), port
+                    self._admit(httphead.basic_credential(request.headers))
         except TimeoutError:
             raise Refusal("timeout", f"no complete request within {timeout:g} s") from None
         await self.decide(host, port)      # bounded by resolve_timeout and connect_timeout
@@ -187,13 +192,18 @@ class Connection:
 
     async def _socks_request(self) -> tuple[str, int]:
         methods = await self.reader.readexactly((await self.reader.readexactly(1))[0])
-        if 0x00 not in methods:
+        method = 0x00 if self.proxy.tenants is None else 0x02   # a session's: user/password (RFC 1929)
+        if method not in methods:
             self.writer.write(b"\x05\xff")
             self.replied = True
+            if method == 0x02:
+                raise Refusal("proxy_auth_required", "no user/password offered")
             raise Refusal("bad_request", "no acceptable SOCKS5 method (only no-auth)")
-        self.writer.write(b"\x05\x00")
-        self.greeted = True
+        self.writer.write(bytes((0x05, method)))
         await self.writer.drain()
+        if method == 0x02:
+            await self._socks_auth()
+        self.greeted = True
         ver, cmd, _, atyp = await self.reader.readexactly(4)
         if ver != 5:
             raise Refusal("bad_request", "not a SOCKS5 request", socks_code=0x01)
@@ -215,6 +225,37 @@ class Connection:
             raise Refusal("unsupported_command", f"SOCKS5 command {cmd}", socks_code=0x07)
         return host, port
 
+    async def _socks_auth(self) -> None:
+        """RFC 1929: the user/password sub-negotiation, then its status."""
+        if (await self.reader.readexactly(1)) != b"\x01":
+            self.replied = True
+            raise Refusal("bad_request", "not a SOCKS5 user/password request")
+        user = await self.reader.readexactly((await self.reader.readexactly(1))[0])
+        password = await self.reader.readexactly((await self.reader.readexactly(1))[0])
+        try:
+            credential = (user.decode("utf-8"), password.decode("utf-8"))
+        except UnicodeDecodeError:
+            credential = None
+        try:
+            self._admit(credential)
+        except Refusal:
+            self.writer.write(b"\x01\x01")
+            self.replied = True
+            raise
+        self.writer.write(b"\x01\x00")
+
+    def _admit(self, credential) -> None:
+        """A session's proxy (``proxy.tenants``): attribute this connection to the command
+        whose live ``(user, password)`` it gave, or refuse it (recorded on the session)."""
+        tenants = self.proxy.tenants
+        if tenants is None:
+            return
+        if credential is not None:
+            self.tenant = tenants.admit(*credential, asyncio.current_task())
+        if self.tenant is None:
+            raise Refusal("proxy_auth_required", "this session's proxy needs the credential of a running command "
+                          "(its proxy variables)", socks_code=0x02)
+
     # ---------------------------------------------------------------- the decision
 
     async def decide(self, host: str, port: int) -> None:
@@ -224,8 +265,9 @@ class Connection:
         if norm is None:
             raise Refusal("bad_request", "not a valid host name or address", socks_code=0x01)
         name, literal = norm
-        allow = self.proxy.allow
-        if allow.match(name, port) is None:
+        # a session's command: its own list too (narrower than the session's, tenants.narrowed)
+        lists = (self.proxy.allow,) if self.tenant is None else (self.proxy.allow, self.tenant.allow)
+        if any(allow.match(name, port) is None for allow in lists):
             if literal is not None:
                 raise Refusal("ip_literal_not_listed", "this IP address is not on the allow list",
                               socks_code=0x02)
@@ -235,7 +277,7 @@ class Connection:
         else:
             addresses = await self._resolve(name, port)
             for addr in addresses:
-                if is_special(addr) and not allow.lists_address(addr, port):
+                if is_special(addr) and not all(allow.lists_address(addr, port) for allow in lists):
                     raise Refusal("special_address", f"resolves to {addr}, a special address not on the allow list",
                                   address=str(addr), socks_code=0x02)
         await self._connect(addresses, port)

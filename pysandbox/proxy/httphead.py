@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .rules import parse_port, split_host_port
 
-__all__ = ["MAX_HEAD", "BadRequest", "Request", "parse_request", "reply"]
+__all__ = ["MAX_HEAD", "BadRequest", "Request", "basic_credential", "parse_request", "reply"]
 
 MAX_HEAD = 64 * 1024
 MAX_HEADERS = 200
@@ -54,6 +54,22 @@ class Request:
             lines.append(f"{name}: {value}")
         lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def basic_credential(headers) -> tuple[str, str] | None:
+    """``(user, password)`` of the request's ``Proxy-Authorization: Basic``, or None."""
+    import base64
+    import binascii
+    for name, value in headers:
+        scheme, _, token = value.partition(" ")
+        if name.lower() != "proxy-authorization" or scheme.lower() != "basic":
+            continue
+        try:
+            user, sep, password = base64.b64decode(token.strip(), validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return (user, password) if sep else None
+    return None
 
 
 def _authority(text: str, default_port: int | None) -> tuple[str, int]:
@@ -124,6 +140,7 @@ def parse_request(head: bytes) -> Request:
 
 
 _STATUS = {200: "Connection established", 400: "Bad Request", 403: "Forbidden",
+           407: "Proxy Authentication Required",
            408: "Request Timeout", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
@@ -134,4 +151,6 @@ def reply(status: int, body: str = "") -> bytes:
     if status != 200:
         head += (f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
                  "Connection: close\r\nX-Pysandbox-Proxy: refused\r\n")
+    if status == 407:
+        head += 'Proxy-Authenticate: Basic realm="pysandbox"\r\n'
     return (head + "\r\n").encode("latin-1") + data

@@ -98,7 +98,7 @@ class EgressProxy:
     def __init__(self, listener: socket.socket, allow: AllowList, *, resolver=None, on_event=None,
                  max_connections: int = 1024, max_events: int = 10000, head_timeout: float = 10.0,
                  idle_timeout: float = 300.0, resolve_timeout: float = 10.0, connect_timeout: float = 10.0,
-                 log_burst: int = 20):
+                 log_burst: int = 20, tenants=None):
         listeners = [listener] if isinstance(listener, socket.socket) else list(listener)
         if not listeners or any(not isinstance(sock, socket.socket) or sock.type != socket.SOCK_STREAM
                                 for sock in listeners):
@@ -112,6 +112,7 @@ class EgressProxy:
         if isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 0:
             raise ValueError(f"max_connections must be a non-negative integer: {max_connections!r}")
         self.allow = allow
+        self.tenants = tenants    # a session's credentials (pysandbox/proxy/tenants.py): each connection needs one
         self.resolver = resolver if resolver is not None else host_resolver
         self.on_event = on_event
         self.max_connections = max_connections
@@ -165,13 +166,18 @@ class EgressProxy:
         ``min(max_connections, the process pool's limit)``."""
         return min(self.max_connections, self._pool.limit)
 
-    def _record(self, event: ProxyEvent, log: bool = True) -> None:
-        with self._lock:
-            self._events.append(event)
-            self._counts[event.verdict] = self._counts.get(event.verdict, 0) + 1
+    def _record(self, event: ProxyEvent, log: bool = True, tenant=None) -> None:
+        """Keep, count, log and deliver ``event``: on ``tenant`` (a session's command,
+        with its own ``on_event``) when the connection was attributed to one, else here."""
+        if tenant is not None:
+            tenant.record(event)
+        else:
+            with self._lock:
+                self._events.append(event)
+                self._counts[event.verdict] = self._counts.get(event.verdict, 0) + 1
         if log:
             log = self._admit("event")
-        deliver(event, self.on_event, log, failed=self._callback_failed)
+        deliver(event, self.on_event if tenant is None else tenant.on_event, log, failed=self._callback_failed)
 
     def _admit(self, kind: str, burst: int | None = None) -> bool:
         """May a line of ``kind`` be logged now? Reports the lines of that kind dropped."""
@@ -270,6 +276,8 @@ class EgressProxy:
                 loop.close()
                 self._close_listeners()
                 self._return_to_pool()
+                if self.tenants is not None:
+                    self.tenants.close()
                 for kind, dropped in self._throttle.flush().items():
                     self._summary(kind, dropped)
 
@@ -288,6 +296,8 @@ class EgressProxy:
         with self._lock:
             self._loop = loop
             closed = self._closed
+        if self.tenants is not None:
+            self.tenants.loop = loop
         self._ready.set()
         if not closed:
             await self._stop.wait()

@@ -1,4 +1,5 @@
-"""A proxy-mode command against its launcher's descriptors, on both backends.
+"""A proxy-mode command against its launcher's descriptors, on both backends, one-shot and
+as a command of a session (the session's one engine has the same bound).
 
 The egress proxy runs in the launcher's process (pysandbox/egress.py). A command that
 opens hundreds of tunnels through it and leaves them idle must not take the launcher's
@@ -36,21 +37,24 @@ FLOOD = 600
 # Runs inside the sandbox: 10 requests served (control), FLOOD tunnels opened and left
 # idle, then, told to, a probe that must wait, the flood closed, the probe served.
 COMMAND = textwrap.dedent(r'''
-    import resource, socket, sys
+    import base64, os, resource, socket, sys, urllib.parse
+    u = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])   # a session's command: its credential
+    AUTH = b"Proxy-Authorization: Basic %s\r\n" % base64.b64encode(f"{u.username}:{u.password}".encode()) \
+        if u.username else b""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     sink, flood = sys.argv[1], int(sys.argv[2])
     PROXY = ("127.0.0.1", 3128)
     def refused():
         s = socket.create_connection(PROXY, timeout=30)
-        s.sendall(b"CONNECT refused.test:443 HTTP/1.1\r\n\r\n")
+        s.sendall(b"CONNECT refused.test:443 HTTP/1.1\r\n%s\r\n" % AUTH)
         return s
     before = [refused().recv(12) for _ in range(10)]
     print("before", sum(b == b"HTTP/1.1 403" for b in before), flush=True)
     idle = []
     for _ in range(flood):
         s = socket.create_connection(PROXY, timeout=30)
-        s.sendall(b"CONNECT %s HTTP/1.1\r\n\r\n" % sink.encode())
+        s.sendall(b"CONNECT %s HTTP/1.1\r\n%s\r\n" % (sink.encode(), AUTH))
         idle.append(s)
     print("ready", len(idle), flush=True)
     sys.stdin.readline()
@@ -71,9 +75,16 @@ COMMAND = textwrap.dedent(r'''
 LAUNCHER = textwrap.dedent(r'''
     import json, os, resource, sys, time
     soft = int(sys.argv[1])
-    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     import pysandbox
-    backend, work, sink, flood, python, command = sys.argv[2:8]
+    backend, work, sink, flood, python, command, mode = sys.argv[2:9]
+    session = None
+    if mode == "session":
+        # started under the usual limit: the session's server places a command's
+        # descriptors at 900 and up (native/psb_session.c HIGH_FD), which a soft limit
+        # of 256 refuses (EBADF); the engine's budget is measured again below
+        session = pysandbox.Sandbox(pysandbox.Policy.default(workdir=work, network=pysandbox.Network(
+            "proxy", (sink,), head_timeout=120, idle_timeout=15)), backend=backend)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     # idle_timeout: a tunnel whose client closed lasts until its upstream ends too (the
     # sink never does) or the idle timeout: 15 s, to see the budget free again
     policy = pysandbox.Policy.default(workdir=work, network=pysandbox.Network(
@@ -81,8 +92,16 @@ LAUNCHER = textwrap.dedent(r'''
     def fds():
         return len(os.listdir("/proc/self/fd")) - 1
     report = {"start": fds()}
-    proc = pysandbox.Popen([python, "-I", "-c", command, sink, flood], policy=policy, backend=backend,
-                           stdin=pysandbox.PIPE, stdout=pysandbox.PIPE, text=True)
+    argv = [python, "-I", "-c", command, sink, flood]
+    if session is not None:    # the session's one engine, serving one of its commands
+        proc = session.Popen(argv, stdin=pysandbox.PIPE, stdout=pysandbox.PIPE, text=True)
+        from pysandbox.proxy import budget
+        budget.POOL.measure()    # with the pipes, as an engine measures at its start (its own connections are not "others")
+        engine = session.proxy._engine
+    else:
+        proc = pysandbox.Popen(argv, policy=policy, backend=backend, stdin=pysandbox.PIPE, stdout=pysandbox.PIPE,
+                               text=True)
+        engine = proc.proxy._engine
     report["before"] = proc.stdout.readline().split()
     report["ready"] = proc.stdout.readline().split()
     # the tunnels the budget admits open one by one: wait until the table stops growing
@@ -94,7 +113,7 @@ LAUNCHER = textwrap.dedent(r'''
         last = now
     report["flooded"] = fds()
     from pysandbox.proxy import budget
-    report["budget"] = proc.proxy._engine.budget
+    report["budget"] = engine.budget
     report["pool"] = [budget.POOL.soft, budget.POOL.reserve, budget.POOL.others]
     files = []
     for i in range(20):
@@ -109,7 +128,11 @@ LAUNCHER = textwrap.dedent(r'''
     out, _ = proc.communicate("go\n", timeout=120)
     report["rest"] = out.splitlines()
     report["returncode"] = proc.returncode
-    report["reasons"] = sorted({e.reason for e in proc.proxy.events})
+    events = proc.proxy.events
+    if mode == "session":    # too_many_connections is the engine's, before any credential is read
+        events += session.proxy.events
+        session.close()
+    report["reasons"] = sorted({e.reason for e in events})
     report["end"] = fds()
     print("REPORT " + json.dumps(report))
 ''')
@@ -124,11 +147,12 @@ def sink():
     s.close()
 
 
-def test_idle_tunnels_cannot_take_the_launchers_descriptors(backend, tmp_path, sink):
+@pytest.mark.parametrize("mode", ["oneshot", "session"])
+def test_idle_tunnels_cannot_take_the_launchers_descriptors(backend, tmp_path, sink, mode):
     work = tmp_path / "work"
     work.mkdir()
     done = subprocess.run([sys.executable, "-c", LAUNCHER, str(SOFT), backend, str(work), sink, str(FLOOD),
-                           python_in_sandbox(), COMMAND], capture_output=True, text=True, timeout=300,
+                           python_in_sandbox(), COMMAND, mode], capture_output=True, text=True, timeout=300,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     lines = done.stdout.splitlines()
     assert done.returncode == 0 and lines and lines[-1].startswith("REPORT "), (done.stdout, done.stderr[-3000:])

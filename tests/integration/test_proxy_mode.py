@@ -19,7 +19,7 @@ import threading
 import pytest
 
 import pysandbox
-from pysandbox.errors import NetworkModeUnsupported, PolicyError, Reason
+from pysandbox.errors import PolicyError, Reason
 from tests.support import force_python_bwrap_init, loopback, python_in_sandbox, tunnel
 from tests.support.loopback import LoopbackServer
 
@@ -51,7 +51,7 @@ def echo():
 # upstream said first (if the tunnel opened).
 CONNECT = tunnel.SOURCE + r'''
 import os, sys
-proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]
+proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1].rsplit("@", 1)[-1]   # (a session's: no credential sent)
 host, port = proxy.rsplit(":", 1)
 s, head = connect_tunnel((host, int(port)), sys.argv[1], step=1)
 print(head.split(b"\r\n")[0].decode())
@@ -269,10 +269,19 @@ def test_callback_exception_does_not_break_the_proxy(backend, tmp_path):
 
 # ---------------------------------------------------------------- refused uses
 
-def test_sessions_refuse_proxy_mode(tmp_path):
-    with pytest.raises(NetworkModeUnsupported) as err:
-        pysandbox.Sandbox(_policy(tmp_path, ("pypi.org",)))
-    assert err.value.reason == Reason.NETWORK_MODE_UNSUPPORTED
+def test_sessions_run_proxy_mode_with_a_credential_per_command(backend, tmp_path, echo):
+    # (they refused it before; tests/integration/test_session_proxy.py has the rest) the
+    # proxy variables carry the command's credential; a request without one is refused
+    # (407) and recorded on the session, the same request with it (the live control) is
+    # decided by the allow list and recorded on the command
+    target = f"127.0.0.1:{echo.port}"
+    with pysandbox.Sandbox(_policy(tmp_path, (target,)), backend=backend) as sb:
+        done = sb.run(_py(CONNECT) + [target], capture_output=True, text=True, timeout=60)
+        env = sb.run(["sh", "-c", "echo $HTTPS_PROXY"], capture_output=True, text=True, timeout=60)
+        unattributed = sb.proxy.counts
+    assert done.stdout.split("\n")[0].split()[1] == "407", done.stdout + done.stderr
+    assert unattributed == {"allowed": 0, "refused": 1} and done.proxy.counts == {"allowed": 0, "refused": 0}
+    assert env.stdout.startswith("http://c") and env.stdout.strip().endswith(f"@127.0.0.1:{PORT}")
 
 
 def test_on_proxy_event_must_be_callable(tmp_path):

@@ -175,7 +175,7 @@ def test_a_proxy_listener_the_kernel_refuses(tmp_path, monkeypatch):
     _fresh_plans(monkeypatch, _bad_port)
     bad = _policy(tmp_path, network="proxy")
     failures = {b: _launch(bad, b, tmp_path) for b in ("native", "bwrap")}
-    # (sessions do not run network proxy mode yet: NetworkModeUnsupported before any launch;
+    # (a session's listener is this same launch step, as_pid_1 with the server as command;
     # the Python init binds port 70000 % 65536, Python's own check: not the tail's)
     steps = {exc.op for exc in failures.values()}
     assert len(steps) == 1 and None not in steps, failures

@@ -80,6 +80,7 @@ EXPECTED_CLASS = {
     "session_unavailable": E.SessionError,
     "session_closed": E.SessionError,
     "session_lost": E.SessionError,
+    "allow_list_widened": E.PolicyError,
     "cgroup_unavailable": E.LimitUnavailable,
     "controller_not_delegated": E.LimitUnavailable,
 }
