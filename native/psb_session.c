@@ -40,6 +40,7 @@
 
 #if defined(__x86_64__)
 #include "psb_tail.h"
+#include "psb_session_limits.h"
 PSB_START(psb_session_main);
 
 #define NR_READ __NR_read
@@ -262,7 +263,14 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
      * domain: as before (the server and keepers are undumpable). */
     /* Fail closed on any error, as the one-shot launch does: the kind was asked for because
      * the kernel has it (pysandbox/backends/landlock.py). */
-    long r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
+    long r = session_limits_apply();   /* native/psb_session_limits.h */
+    if (r < 0) {
+        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_RLIMIT;
+        sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
+        for (;;)
+            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+    }
+    r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
     if (r < 0) {
         rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_LANDLOCK;
         sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
@@ -434,6 +442,10 @@ static void sweep(void)
 static void spawn(const unsigned int *h, long *fds, int nfds)
 {
     unsigned int id = h[2], ncand = h[3], nargv = h[4], nenv = h[5];
+    if (!session_limits_for(id, h[6])) {   /* native/psb_session_limits.h: fail closed */
+        put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_RLIMIT);
+        return;
+    }
     unsigned int len = h[7];
     unsigned int *targets = (unsigned int *)payload;
     unsigned long off = (unsigned long)nfds * 4;
@@ -442,7 +454,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
     for (int k = 0; k < MAX_CMDS && slot < 0; k++)
         if (cmds[k].rep < 0)
             slot = k;
-    if (h[6] != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
+    if ((h[6] & ~SPAWN_LIMITED) != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
         put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_USAGE);
         return;
     }
@@ -483,6 +495,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
                 sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
         keeper(id, rp[1], ncand, nargv, nfds, targets, fds);
     }
+    cur_rl_n = 0;
     sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
     if (k < 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
@@ -519,7 +532,10 @@ static void frame(void)
         put_event(chan, E_ERROR, h[2], 1, 0);
         quit(0);
     }
-    if (h[1] == T_SPAWN) {
+    if (h[1] == T_LIMITS) {
+        if (session_limits_take(h, payload) < 0)
+            put_event(chan, E_FAILED, h[2], 22 /* EINVAL */, PSB_TAIL_RLIMIT);
+    } else if (h[1] == T_SPAWN) {
         spawn(h, fds, nfds);
     } else if (h[1] == T_SIGNAL) {
         int k = find(h[2]);

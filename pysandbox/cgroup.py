@@ -239,15 +239,20 @@ class Cgroups:
     def procs_files(self) -> tuple[str, ...]:
         return tuple(os.path.join(g.path, "cgroup.procs") for g in self.groups)
 
+    def counters(self) -> dict[str, int]:
+        """``{controller: times its limit was hit so far}`` (a session reads them around
+        each command: pysandbox/session_limits.py)."""
+        if self.closed:
+            return dict(self.hits)
+        return {c: g.events(c) for g in self.groups for c in g.controllers}
+
     def close(self, timeout: float = 10.0) -> dict[str, int]:
         """Kill whatever is left in our cgroups, read the hit counters, remove them.
         Returns ``{controller: times its limit was hit}``. Idempotent."""
         if self.closed:
             return self.hits
         self.closed = True
-        for g in self.groups:
-            for c in g.controllers:
-                self.hits[c] = g.events(c)
+        self.hits.update(self.counters())
         deadline = time.monotonic() + timeout
         left = [g.path for g in self.groups if not g.remove(deadline)]
         if left:

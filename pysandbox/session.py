@@ -41,6 +41,7 @@ from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
 from .process import SandboxProcess, caller_directory, compiled, run_process
+from .session_limits import Budget, CommandLimits, limits_frame, mark_limited
 from .view import sandbox_cwd
 
 START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
@@ -76,9 +77,12 @@ class Channel:
         self.send_lock = threading.Lock()
         self.external = False   # an event loop reads the socket (pysandbox/aio_session.py)
 
-    def send(self, frame: bytes, fds=()) -> None:
+    def send(self, frame: bytes, fds=(), before: bytes = b"") -> None:
+        """``before`` (a frame without descriptors) then ``frame``, with nothing between."""
         with self.send_lock:
             try:
+                if before:
+                    self.sock.sendall(before)
                 sent = socket.send_fds(self.sock, [frame], list(fds)) if fds else 0
                 if sent < len(frame):
                     self.sock.sendall(frame[sent:])
@@ -155,6 +159,9 @@ class _RemoteChild:
     when its exit status has been collected (the pool discards its sandbox there)."""
 
     on_close = None
+    limits = None   # its CommandLimits (pysandbox/session_limits.py), if any
+    limit = None    # the limit that ended it, once collected
+    _rc = None
 
     def __init__(self, channel: Channel, cid: int, cmd: _Command, argv0: str, cwd: str):
         self.channel, self.cid, self.cmd = channel, cid, cmd
@@ -179,7 +186,8 @@ class _RemoteChild:
         return self.pid
 
     def returncode(self, status: int) -> int:
-        return os.waitstatus_to_exitcode(status)
+        self._rc = os.waitstatus_to_exitcode(status)
+        return self._rc
 
     def wait_status(self, timeout):
         if self.cmd.status is None:
@@ -194,6 +202,9 @@ class _RemoteChild:
                 pass
 
     def close(self):
+        limits, self.limits = self.limits, None
+        if limits is not None:
+            self.limit = limits.finish(self._rc)
         hook, self.on_close = self.on_close, None
         if hook is not None:
             hook()
@@ -214,7 +225,8 @@ class SessionProcess(RemotePopen):
             as subprocess raises them.
     """
 
-    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), _deferred=False, **kwargs):
+    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), limits=None,
+                 _deferred=False, **kwargs):
         for bad in _REFUSED:
             if kwargs.get(bad) not in (None, False):
                 raise PolicyError(f"{bad}= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS, bad)
@@ -228,6 +240,7 @@ class SessionProcess(RemotePopen):
         if not argv or not argv[0]:
             raise PolicyError("empty command", Reason.INVALID_VALUE, args)
         self.session = session
+        self._limits = session.budget.command(limits)   # the session's, narrowed (session_limits.py)
         self._cwd = session.sandbox_path(cwd)
         self._env = session.command_env(env)
         self._env["PWD"] = self._cwd
@@ -239,7 +252,13 @@ class SessionProcess(RemotePopen):
 
     def _start_child(self, argv, stdin, stdout, stderr):
         return self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
-                                   [0, 1, 2, *self._fds], wait=not self._deferred)
+                                   [0, 1, 2, *self._fds], wait=not self._deferred, limits=self._limits)
+
+    @property
+    def limit(self) -> str | None:
+        """The resource limit that ended the command (pysandbox/session_limits.py), or
+        None; known once its exit was collected."""
+        return getattr(self._child, "limit", None)
 
     def forward_signal(self, sig) -> None:
         """As :meth:`pysandbox.SandboxProcess.forward_signal`: ``sig`` to the command."""
@@ -254,8 +273,9 @@ class Sandbox:
     """A live sandbox that runs many commands; see the module's docstring.
 
     Raises (from the constructor):
-        PolicyError: invalid policy; a policy without a pid namespace; a policy with
-            ``limits`` (``conflicting_options``: resource limits are per one-shot launch).
+        PolicyError: invalid policy; a policy without a pid namespace.
+        LimitUnavailable: a memory or pids limit of ``policy.limits`` (the whole
+            session's budget, pysandbox/session_limits.py) cannot be enforced here.
         NetworkModeUnsupported (network_mode_unsupported): network ``proxy``, one-shot
             only (run/Popen/aio) for now: a session's commands would need the proxy
             variables and its events per command (docs/ARCHITECTURE.md).
@@ -274,12 +294,7 @@ class Sandbox:
         if "pid" not in self.policy.namespaces:
             raise PolicyError("a session needs a pid namespace (its server is the pid 1 that ends every "
                               "command's descendants)", Reason.CONFLICTING_OPTIONS, "namespaces")
-        if self.policy.limits is not None:
-            # Not applied to the whole session: one cgroup and one deadline for every command
-            # would be a shared budget no command asked for, and rlimits would bind the server.
-            raise PolicyError("resource limits apply to one-shot launches (run, Popen), not to sessions or "
-                              "pools: launch the command with the policy instead", Reason.CONFLICTING_OPTIONS,
-                              "limits", field="limits")
+        self.budget = Budget(self.policy.limits)   # memory/pids: the session's; the rest: each command's
         if self.policy.network.mode == "proxy":
             raise NetworkModeUnsupported("network mode 'proxy' runs one-shot sandboxes (run, Popen, aio), not "
                                          "sessions or pools yet", Reason.NETWORK_MODE_UNSUPPORTED)
@@ -300,7 +315,7 @@ class Sandbox:
         self.channel = Channel(ours)
         self._closed = False
         self._server = None
-        launch = self.policy.replace(as_pid_1=True, pass_fds=())
+        launch = self.policy.replace(as_pid_1=True, pass_fds=(), limits=self.budget.server_limits())
         try:
             # -L KIND: each command's Landlock domain (backends/landlock.py), by the rule
             # of Plan.command_may_mount read off the policy; none: no -L.
@@ -345,7 +360,7 @@ class Sandbox:
             return caller_directory(self.plan).chdir if self._caller_start else self.plan.chdir
         return sandbox_cwd(cwd, self.plan.chdir)
 
-    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True) -> _RemoteChild:
+    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, limits=None) -> _RemoteChild:
         ch = self.channel
         if self._closed:
             raise SessionError("the session is closed", Reason.SESSION_CLOSED)
@@ -357,14 +372,21 @@ class Sandbox:
             frame = W.spawn_frame(cid, *frame_args)
         except ValueError as exc:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
+        rl = limits.rlimits() if limits is not None else ()
         cmd = _Command()
         with ch.cv:
             ch.commands[cid] = cmd
-        ch.send(frame, fds)
+        ch.send(mark_limited(frame) if rl else frame, fds, before=limits_frame(cid, rl) if rl else b"")
         child = _RemoteChild(ch, cid, cmd, argv[0], cwd)
+        if limits is not None:
+            child.limits = CommandLimits(limits, self._server.cgroups, lambda: child.signal(signal.SIGKILL))
         if wait:
             ch.wait_for(lambda: cmd.pid is not None or cmd.failed is not None, None)
-            child.started()
+            try:
+                child.started()
+            except BaseException:
+                child.close()   # its deadline, if any, ends with it
+                raise
         return child
 
     def Popen(self, args, **kwargs) -> SessionProcess:
