@@ -16,9 +16,11 @@
  *                 payload: D u32 target numbers, then NUL-terminated strings:
  *                 cwd, the exec candidates, argv, env
  *     SIGNAL (2): A the signal, sent to the command's process
+ *     LIMITS (3): the next SPAWN's rlimits (native/psb_session_limits.h)
  *   server -> launcher: events of 4 u32 words TYPE ID A B
  *     READY (0x10); STARTED (0x11, A = the command's pid in the sandbox);
- *     FAILED (0x12, A = errno, B = the step: enum psb_tail_step, native/psb_tail.h);
+ *     FAILED (0x12, A = errno, B = the step: enum psb_tail_step, native/psb_tail.h;
+ *             for PSB_TAIL_RLIMIT the failed rlimit's index in bits 16 and up);
  *     EXITED (0x13, A = raw wait status); ERROR (0x14, A = code) and the server exits.
  *
  * Signals for a command go through its keeper (SIG_RELAY), which alone can know the
@@ -263,9 +265,10 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
      * domain: as before (the server and keepers are undumpable). */
     /* Fail closed on any error, as the one-shot launch does: the kind was asked for because
      * the kernel has it (pysandbox/backends/landlock.py). */
-    long r = session_limits_apply();   /* native/psb_session_limits.h */
+    unsigned int rl_index = 0;
+    long r = session_limits_apply(&rl_index);   /* native/psb_session_limits.h */
     if (r < 0) {
-        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_RLIMIT;
+        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_RLIMIT | rl_index << 16;
         sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
         for (;;)
             sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);

@@ -53,13 +53,16 @@ static int session_limits_for(unsigned int id, unsigned int d)
 }
 
 /* The command's process, after its descriptors, before Landlock and exec: its rlimits
- * (the one implementation, native/psb_tail.h). 0 or -errno. */
-static long session_limits_apply(void)
+ * (the one implementation, native/psb_tail.h). 0, or -errno with *index the failed
+ * one's (the FAILED event's step word carries it above bit 16). */
+static long session_limits_apply(unsigned int *index)
 {
     for (unsigned int k = 0; k < cur_rl_n; k++) {
         long r = psb_tail_rlimit((long)next_rl[k][0], next_rl[k][1], next_rl[k][2]);
-        if (r < 0)
+        if (r < 0) {
+            *index = k;
             return r;
+        }
     }
     return 0;
 }

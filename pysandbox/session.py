@@ -41,7 +41,7 @@ from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
 from .process import SandboxProcess, caller_directory, compiled, run_process
-from .session_limits import Budget, CommandLimits, limits_frame, mark_limited
+from .session_limits import Budget, CommandLimits, limits_frame, mark_limited, rlimit_failure
 from .view import sandbox_cwd
 
 START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
@@ -181,7 +181,7 @@ class _RemoteChild:
                 ch.commands.pop(self.cid, None)
             if ch.lost is not None and cmd.failed.a == 0:
                 raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
-            raise W.failure(cmd.failed, self.argv0, self.cwd)
+            raise rlimit_failure(cmd.failed, self.limits) or W.failure(cmd.failed, self.argv0, self.cwd)
         self.pid = cmd.pid
         return self.pid
 

@@ -33,13 +33,14 @@ import signal
 import struct
 import threading
 
+from . import session_proto as W
+from .backends import tail
 from .errors import PolicyError, Reason
 from .limits import CGROUP_KINDS, RLIMIT_KINDS, Limits
 from .enforcement import which_limit
 
 LIMITS = 3                 # the LIMITS frame (native/psb_session_limits.h)
 SPAWN_LIMITED = 0x80000000  # in the SPAWN frame's D word: its LIMITS came first
-_MAGIC = 0x50534253
 _HEADER = struct.Struct("<8I")
 
 
@@ -54,7 +55,7 @@ def limits_frame(cid: int, rlimits) -> bytes:
         soft, hard = soft & (2 ** 64 - 1), hard & (2 ** 64 - 1)
         words += [res, soft & 0xFFFFFFFF, soft >> 32, hard & 0xFFFFFFFF, hard >> 32]
     payload = struct.pack(f"<{len(words)}I", *words)
-    return _HEADER.pack(_MAGIC, LIMITS, cid, len(rlimits), 0, 0, 0, len(payload)) + payload
+    return _HEADER.pack(W.MAGIC, LIMITS, cid, len(rlimits), 0, 0, 0, len(payload)) + payload
 
 
 class Budget:
@@ -127,3 +128,14 @@ def mark_limited(spawn: bytes) -> bytes:
     """A SPAWN frame (session_proto.spawn_frame) marked: its LIMITS frame comes first."""
     d = struct.unpack_from("<I", spawn, 24)[0]
     return spawn[:24] + struct.pack("<I", d | SPAWN_LIMITED) + spawn[28:]
+
+
+def rlimit_failure(ev, limits: "CommandLimits | None") -> Exception | None:
+    """The error for a FAILED event of the RLIMIT step (the failed rlimit's index above
+    bit 16 of its step word), as a one-shot launch names it (backends/tail.py); None for
+    any other event."""
+    step, index = ev.b & 0xFFFF, ev.b >> 16
+    if not 0 < step <= len(tail.STEPS) or tail.STEPS[step - 1] != "RLIMIT":
+        return None
+    rl = limits.limits.rlimits() if limits is not None else ()
+    return tail.error("RLIMIT", ev.a, rlimit=rl[index] if index < len(rl) else None)
