@@ -52,12 +52,13 @@ _REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable"
 
 
 class _Command:
-    __slots__ = ("pid", "failed", "status")
+    __slots__ = ("pid", "failed", "status", "limits")
 
     def __init__(self):
         self.pid = None
         self.failed = None
         self.status = None
+        self.limits = None   # its CommandLimits (pysandbox/session_limits.py), ended with its exit
 
 
 class Channel:
@@ -145,12 +146,16 @@ class Channel:
             elif ev.kind == W.EXITED:
                 cmd.status = ev.a
                 del self.commands[ev.id]
+                if cmd.limits is not None:
+                    cmd.limits.finish(os.waitstatus_to_exitcode(ev.a))
         if lost is not None and self.lost is None:
             self.lost = lost
             for cmd in self.commands.values():   # the sandbox is gone, and they with it
                 if cmd.pid is None and cmd.failed is None:
                     cmd.failed = W.Event(W.FAILED, 0, 0, 0)
                 cmd.status = signal.SIGKILL
+                if cmd.limits is not None:
+                    cmd.limits.finish(-signal.SIGKILL)
             self.commands.clear()
 
 
@@ -159,9 +164,6 @@ class _RemoteChild:
     when its exit status has been collected (the pool discards its sandbox there)."""
 
     on_close = None
-    limits = None   # its CommandLimits (pysandbox/session_limits.py), if any
-    limit = None    # the limit that ended it, once collected
-    _rc = None
 
     def __init__(self, channel: Channel, cid: int, cmd: _Command, argv0: str, cwd: str):
         self.channel, self.cid, self.cmd = channel, cid, cmd
@@ -181,13 +183,19 @@ class _RemoteChild:
                 ch.commands.pop(self.cid, None)
             if ch.lost is not None and cmd.failed.a == 0:
                 raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
-            raise rlimit_failure(cmd.failed, self.limits) or W.failure(cmd.failed, self.argv0, self.cwd)
+            if cmd.limits is not None:
+                cmd.limits.finish(None)   # its deadline ends with it
+            raise rlimit_failure(cmd.failed, cmd.limits) or W.failure(cmd.failed, self.argv0, self.cwd)
         self.pid = cmd.pid
         return self.pid
 
     def returncode(self, status: int) -> int:
-        self._rc = os.waitstatus_to_exitcode(status)
-        return self._rc
+        return os.waitstatus_to_exitcode(status)
+
+    @property
+    def limit(self) -> str | None:
+        """The resource limit that ended the command, once its exit came (or None)."""
+        return self.cmd.limits.result if self.cmd.limits is not None else None
 
     def wait_status(self, timeout):
         if self.cmd.status is None:
@@ -202,9 +210,6 @@ class _RemoteChild:
                 pass
 
     def close(self):
-        limits, self.limits = self.limits, None
-        if limits is not None:
-            self.limit = limits.finish(self._rc)
         hook, self.on_close = self.on_close, None
         if hook is not None:
             hook()
@@ -374,19 +379,20 @@ class Sandbox:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
         rl = limits.rlimits() if limits is not None else ()
         cmd = _Command()
-        with ch.cv:
-            ch.commands[cid] = cmd
-        ch.send(mark_limited(frame) if rl else frame, fds, before=limits_frame(cid, rl) if rl else b"")
         child = _RemoteChild(ch, cid, cmd, argv[0], cwd)
         if limits is not None:
-            child.limits = CommandLimits(limits, self._server.cgroups, lambda: child.signal(signal.SIGKILL))
+            cmd.limits = CommandLimits(limits, self._server.cgroups, lambda: child.signal(signal.SIGKILL))
+        with ch.cv:
+            ch.commands[cid] = cmd
+        try:
+            ch.send(mark_limited(frame) if rl else frame, fds, before=limits_frame(cid, rl) if rl else b"")
+        except BaseException:
+            if cmd.limits is not None:
+                cmd.limits.finish(None)
+            raise
         if wait:
             ch.wait_for(lambda: cmd.pid is not None or cmd.failed is not None, None)
-            try:
-                child.started()
-            except BaseException:
-                child.close()   # its deadline, if any, ends with it
-                raise
+            child.started()
         return child
 
     def Popen(self, args, **kwargs) -> SessionProcess:

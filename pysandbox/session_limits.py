@@ -103,6 +103,8 @@ class CommandLimits:
         self.cgroups = cgroups
         self.before = cgroups.counters() if cgroups is not None else {}
         self.wall_fired = False
+        self.result: str | None = None   # set by finish
+        self._done = False
         self._timer = None
         if limits.wall_time is not None:
             def expired():
@@ -114,14 +116,21 @@ class CommandLimits:
             self._timer.start()
 
     def finish(self, returncode: int | None) -> str | None:
-        """The limit that ended the command (limits.KINDS), or None; stops the deadline."""
+        """Called once its exit came (None: it never started): stops the deadline and
+        sets ``result``, the limit that ended the command (limits.KINDS) or None."""
+        if self._done:
+            return self.result
+        self._done = True
         if self._timer is not None:
             self._timer.cancel()
+        if returncode is None:
+            return None
         after = self.cgroups.counters() if self.cgroups is not None else {}
         hits = {c: after.get(c, 0) - self.before.get(c, 0) for c in after}
         if returncode != -signal.SIGKILL:
             hits.pop("memory", None)   # an OOM kill elsewhere in the session did not end this one
-        return which_limit(self.limits, returncode, hits, self.wall_fired)
+        self.result = which_limit(self.limits, returncode, hits, self.wall_fired)
+        return self.result
 
 
 def mark_limited(spawn: bytes) -> bytes:
