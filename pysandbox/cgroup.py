@@ -251,8 +251,8 @@ class Cgroups:
         Returns ``{controller: times its limit was hit}``. Idempotent."""
         if self.closed:
             return self.hits
-        self.closed = True
         self.hits.update(self.counters())
+        self.closed = True
         deadline = time.monotonic() + timeout
         left = [g.path for g in self.groups if not g.remove(deadline)]
         if left:
