@@ -222,9 +222,13 @@ class SessionProcess(RemotePopen):
     the command; ``kill()`` ends it and every process it made (setsid'd ones too).
     ``cwd`` is a path inside the sandbox (default: the policy's working directory; with no
     policy, the caller's directory when the command is run, where the sandbox shows it).
+    ``limits`` (a :class:`pysandbox.Limits`) narrows the session's rlimits and wall time
+    for this command; ``limit`` names the limit that ended it (pysandbox/session_limits.py).
 
     Raises:
-        PolicyError: a refused argument (the policy decides users, umask, ...).
+        PolicyError: a refused argument (the policy decides users, umask, ...); a
+            per-command memory or pids limit (``conflicting_options``).
+        SetupError (setup_failed, stage rlimit): the kernel refused one of its rlimits.
         SessionError: the session is closed or lost.
         FileNotFoundError, PermissionError, ...: the command or ``cwd`` cannot be used,
             as subprocess raises them.
