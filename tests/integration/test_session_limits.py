@@ -29,36 +29,9 @@ from pysandbox import nproc
 from pysandbox import session_proto as W
 from pysandbox.cgroup import host_support
 from pysandbox.session_limits import limits_frame, mark_limited
+from tests.integration.test_limits import ESCAPE, FORK_BOMB, HOG   # the bomb holds its children until stdin ends
 
 FAIL_CLOSED = ("controller_not_delegated", "cgroup_unavailable")
-
-HOG = """
-    chunks = []
-    for i in range({mib} // 8):                 # bounded: at most {mib} MiB
-        chunks.append(bytearray(8 << 20))       # zero-filled: every page touched
-    print("survived", flush=True)
-"""
-
-FORK_BOMB = """
-    import os, sys
-    r, w = os.pipe()
-    made = refused = 0
-    for _ in range({tries}):                    # bounded: never more than {tries} forks
-        try:
-            pid = os.fork()
-        except BlockingIOError:                 # EAGAIN: the pids limit
-            refused += 1
-            if refused >= 20:
-                break
-            continue
-        if pid == 0:
-            os.close(w)
-            os.read(r, 1)                       # hold until the parent ends
-            os._exit(0)
-        made += 1
-    print(made, refused, flush=True)
-"""
-
 
 def _py(source: str) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", textwrap.dedent(source)]
@@ -113,15 +86,15 @@ def test_a_fork_bomb_is_bounded_by_the_sessions_pids_limit(backend, tmp_path):
         assert info.value.reason.value in FAIL_CLOSED
         return
     with pysandbox.Sandbox(_policy(tmp_path, pids=48), backend=backend) as sb:
-        bomb = sb.run(_py(FORK_BOMB.format(tries=2000)), capture_output=True, text=True, timeout=120)
+        bomb = sb.run(_py(FORK_BOMB.format(tries=2000)), input="", capture_output=True, text=True, timeout=120)
         made, refused = map(int, bomb.stdout.split())
         assert made < 48 and refused > 0, bomb
         if how == "cgroup":
             assert bomb.limit == "pids"   # RLIMIT_NPROC counts no refused fork: nothing to report
-        few = sb.run(_py(FORK_BOMB.format(tries=10)), capture_output=True, text=True, timeout=120)
+        few = sb.run(_py(FORK_BOMB.format(tries=10)), input="", capture_output=True, text=True, timeout=120)
         assert few.stdout.split() == ["10", "0"] and few.limit is None   # control: the session lives on
     with pysandbox.Sandbox(_policy(tmp_path), backend=backend) as sb:   # live control: no limit
-        free = sb.run(_py(FORK_BOMB.format(tries=100)), capture_output=True, text=True, timeout=120)
+        free = sb.run(_py(FORK_BOMB.format(tries=100)), input="", capture_output=True, text=True, timeout=120)
         assert free.stdout.split() == ["100", "0"] and free.limit is None
 
 
@@ -223,27 +196,6 @@ def test_a_spawn_marked_limited_without_its_limits_frame_never_runs(backend, tmp
         assert ok.failed is None and ok.status == 0 and marker.exists()
 
 
-ESCAPE = """
-    import os
-    tried = []
-    for line in open("/proc/self/cgroup").read().splitlines():
-        _h, names, path = line.split(":", 2)
-        if "pysandbox-" not in path:
-            continue
-        for controller in names.split(","):
-            for parent in ("/sys/fs/cgroup/" + controller + os.path.dirname(path), "/sys/fs/cgroup/" + controller):
-                for name in ("cgroup.procs", "tasks"):
-                    try:
-                        with open(os.path.join(parent, name), "w") as f:
-                            f.write(str(os.getpid()))
-                        tried.append("moved")
-                    except OSError as exc:
-                        tried.append(exc.errno)
-    still = sum("pysandbox-" in line for line in open("/proc/self/cgroup").read().splitlines())
-    print(len(tried), "moved" in tried, still)
-"""
-
-
 def test_root_in_a_session_cannot_leave_the_sessions_cgroup(backend, tmp_path):
     if not host_support("pids")[0]:
         pytest.skip("not applicable here: no pids cgroup for this launcher (the fail-closed tests run)")
@@ -310,7 +262,7 @@ def test_pids_as_rlimit_nproc_bounds_the_sandbox_not_the_callers_processes(backe
     outside = [subprocess.Popen(["sleep", "120"]) for _ in range(24)]   # more than the limit, same uid
     try:
         for run in (lambda argv: pysandbox.run(argv, policy=_policy(tmp_path, pids=16), backend=backend,
-                                               capture_output=True, text=True, timeout=120),
+                                               input="", capture_output=True, text=True, timeout=120),
                     lambda argv: _in_session(_policy(tmp_path, pids=16), backend, argv)):
             bomb = run(_py(FORK_BOMB.format(tries=2000)))
             made, refused = map(int, bomb.stdout.split())
@@ -320,7 +272,7 @@ def test_pids_as_rlimit_nproc_bounds_the_sandbox_not_the_callers_processes(backe
             assert control.returncode == 0
         # live control: the same bomb, without the limit, makes every fork
         free = pysandbox.run(_py(FORK_BOMB.format(tries=100)), policy=_policy(tmp_path), backend=backend,
-                             capture_output=True, text=True, timeout=120)
+                             input="", capture_output=True, text=True, timeout=120)
         assert free.stdout.split() == ["100", "0"]
     finally:
         for p in outside:
@@ -332,4 +284,4 @@ def test_pids_as_rlimit_nproc_bounds_the_sandbox_not_the_callers_processes(backe
 
 def _in_session(policy, backend, argv):
     with pysandbox.Sandbox(policy, backend=backend) as sb:
-        return sb.run(argv, capture_output=True, text=True, timeout=120)
+        return sb.run(argv, input="", capture_output=True, text=True, timeout=120)
