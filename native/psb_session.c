@@ -229,6 +229,13 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
     unsigned long none = 0;
     sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    long cg = session_limits_enter();   /* native/psb_session_limits.h */
+    if (cg < 0) {
+        unsigned int rec[2] = { (unsigned int)-cg, PSB_TAIL_CGROUP };
+        sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
+        for (;;)
+            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+    }
     /* Every received descriptor above every target, then onto its target; then nothing
      * else stays open (the error pipe is close-on-exec). */
     long maxt = 2;
@@ -498,7 +505,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
                 sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
         keeper(id, rp[1], ncand, nargv, nfds, targets, fds);
     }
-    cur_rl_n = 0;
+    session_limits_forked();
     sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
     if (k < 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
@@ -536,7 +543,7 @@ static void frame(void)
         quit(0);
     }
     if (h[1] == T_LIMITS) {
-        if (session_limits_take(h, payload) < 0)
+        if (session_limits_take(h, payload, fds, nfds) < 0)
             put_event(chan, E_FAILED, h[2], 22 /* EINVAL */, PSB_TAIL_RLIMIT);
     } else if (h[1] == T_SPAWN) {
         spawn(h, fds, nfds);

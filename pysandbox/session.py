@@ -41,7 +41,7 @@ from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
 from .process import SandboxProcess, caller_directory, compiled, run_process
-from .session_limits import Budget, CommandLimits, limits_frame, mark_limited, rlimit_failure
+from .session_limits import Budget, CommandLimits, limits_failure, send_spawn
 from .view import sandbox_cwd
 
 START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
@@ -78,15 +78,14 @@ class Channel:
         self.send_lock = threading.Lock()
         self.external = False   # an event loop reads the socket (pysandbox/aio_session.py)
 
-    def send(self, frame: bytes, fds=(), before: bytes = b"") -> None:
-        """``before`` (a frame without descriptors) then ``frame``, with nothing between."""
+    def send(self, frame: bytes, fds=(), before: bytes = b"", before_fds=()) -> None:
+        """``before`` (with ``before_fds``) then ``frame``, with nothing between."""
         with self.send_lock:
             try:
-                if before:
-                    self.sock.sendall(before)
-                sent = socket.send_fds(self.sock, [frame], list(fds)) if fds else 0
-                if sent < len(frame):
-                    self.sock.sendall(frame[sent:])
+                for data, passed in ((before, before_fds), (frame, fds)):
+                    sent = socket.send_fds(self.sock, [data], list(passed)) if passed else 0
+                    if sent < len(data):
+                        self.sock.sendall(data[sent:])
             except OSError as exc:
                 raise SessionError(f"the session's server is gone ({exc})", Reason.SESSION_LOST) from None
 
@@ -185,7 +184,7 @@ class _RemoteChild:
                 raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
             if cmd.limits is not None:
                 cmd.limits.finish(None)   # its deadline ends with it
-            raise rlimit_failure(cmd.failed, cmd.limits) or W.failure(cmd.failed, self.argv0, self.cwd)
+            raise limits_failure(cmd.failed, cmd.limits) or W.failure(cmd.failed, self.argv0, self.cwd)
         self.pid = cmd.pid
         return self.pid
 
@@ -226,8 +225,8 @@ class SessionProcess(RemotePopen):
     for this command; ``limit`` names the limit that ended it (pysandbox/session_limits.py).
 
     Raises:
-        PolicyError: a refused argument (the policy decides users, umask, ...); a
-            per-command memory or pids limit (``conflicting_options``).
+        PolicyError: a refused argument (the policy decides users, umask, ...).
+        LimitUnavailable: its own memory or pids limit cannot be a cgroup here.
         SetupError (setup_failed, stage rlimit): the kernel refused one of its rlimits.
         SessionError: the session is closed or lost.
         FileNotFoundError, PermissionError, ...: the command or ``cwd`` cannot be used,
@@ -381,19 +380,13 @@ class Sandbox:
             frame = W.spawn_frame(cid, *frame_args)
         except ValueError as exc:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
-        rl = limits.rlimits() if limits is not None else ()
         cmd = _Command()
         child = _RemoteChild(ch, cid, cmd, argv[0], cwd)
         if limits is not None:
-            cmd.limits = CommandLimits(limits, self._server.cgroups, lambda: child.signal(signal.SIGKILL))
+            cmd.limits = CommandLimits(limits, self._server.cgroups, lambda: child.signal(signal.SIGKILL), cid)
         with ch.cv:
             ch.commands[cid] = cmd
-        try:
-            ch.send(mark_limited(frame) if rl else frame, fds, before=limits_frame(cid, rl) if rl else b"")
-        except BaseException:
-            if cmd.limits is not None:
-                cmd.limits.finish(None)
-            raise
+        send_spawn(ch, cid, frame, fds, cmd.limits)
         if wait:
             ch.wait_for(lambda: cmd.pid is not None or cmd.failed is not None, None)
             child.started()
