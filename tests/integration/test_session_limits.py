@@ -147,12 +147,62 @@ def test_wall_time_ends_one_command_and_the_session_lives_on(backend, tmp_path):
         assert cpu.returncode == -signal.SIGXCPU and cpu.limit == "cpu_time"
 
 
-def test_per_command_memory_or_pids_is_refused_not_ignored(backend, tmp_path):
+def _nests(kind) -> bool:
+    """Whether a session command can have its own ``kind`` cgroup here (cgroup v1, a
+    launcher that can make one); v2 and no cgroup at all fail closed (asserted below)."""
+    from pysandbox.cgroup import locate
+    return host_support(kind)[0] and locate(kind)[0] == 1
+
+
+def test_a_commands_own_memory_limit_is_a_cgroup_of_its_own(backend, tmp_path):
+    if not _nests("memory"):
+        return _own_limit_fails_closed(backend, tmp_path, Limits(memory="64M"))
+    with pysandbox.Sandbox(_policy(tmp_path, memory="256M"), backend=backend) as sb:
+        hog = sb.run(_py(HOG.format(mib=96)), capture_output=True, timeout=120, limits=Limits(memory="64M"))
+        assert hog.returncode == -signal.SIGKILL and b"survived" not in hog.stdout and hog.limit == "memory", hog
+        same = sb.run(_py(HOG.format(mib=96)), capture_output=True, timeout=120)   # control: the session allows it
+        assert same.returncode == 0 and b"survived" in same.stdout and same.limit is None
+        groups = [g.path for g in sb._server.cgroups.groups]
+        assert not [e for g in groups for e in os.listdir(g) if e.startswith("cmd-")]   # each one removed
+
+
+def test_a_commands_own_pids_limit_bounds_its_fork_bomb(backend, tmp_path):
+    if not _nests("pids"):
+        return _own_limit_fails_closed(backend, tmp_path, Limits(pids=16))
+    with pysandbox.Sandbox(_policy(tmp_path, pids=200), backend=backend) as sb:
+        bomb = sb.run(_py(FORK_BOMB.format(tries=2000)), input="", capture_output=True, text=True, timeout=120,
+                      limits=Limits(pids=16))
+        made, refused = map(int, bomb.stdout.split())
+        assert made < 16 and refused > 0 and bomb.limit == "pids", bomb
+        free = sb.run(_py(FORK_BOMB.format(tries=100)), input="", capture_output=True, text=True, timeout=120)
+        assert free.stdout.split() == ["100", "0"] and free.limit is None   # control: the session's 200
+        wide = sb.run(_py(FORK_BOMB.format(tries=2000)), input="", capture_output=True, text=True, timeout=120,
+                      limits=Limits(pids=5000))   # never widened: the session's 200 holds
+        made, refused = map(int, wide.stdout.split())
+        assert made < 200 and refused > 0, wide
+
+
+def test_root_in_its_own_cgroup_cannot_move_to_the_sessions(backend, tmp_path):
+    if not _nests("pids"):
+        pytest.skip("not applicable here: no per-command cgroup (the fail-closed tests run)")
+    with pysandbox.Sandbox(_policy(tmp_path, pids=64).replace(uid=0, gid=0), backend=backend) as sb:
+        done = sb.run(_py(ESCAPE), capture_output=True, timeout=60, limits=Limits(pids=32))
+        tried, moved, still = done.stdout.split()
+        assert int(tried) >= 2 and moved == b"False" and int(still) >= 1, done
+        mine = sb.run(["cat", "/proc/self/cgroup"], capture_output=True, text=True, limits=Limits(pids=32))
+        assert "/cmd-" in mine.stdout   # control: it was in its own, below the session's
+
+
+def _own_limit_fails_closed(backend, tmp_path, limits):
+    with pysandbox.Sandbox(_policy(tmp_path), backend=backend) as sb:   # no session cgroup to nest in
+        with pytest.raises(LimitUnavailable) as info:
+            sb.run(["true"], limits=limits)
+        assert info.value.reason.value == "cgroup_unavailable"
+        assert sb.run(["true"], limits=Limits(cpu_time=5)).returncode == 0   # control: the session lives on
+
+
+def test_limits_must_be_a_limits(backend, tmp_path):
     with pysandbox.Sandbox(_policy(tmp_path), backend=backend) as sb:
-        for bad in (Limits(memory="64M"), Limits(pids=10)):
-            with pytest.raises(PolicyError) as info:
-                sb.run(["true"], limits=bad)
-            assert info.value.reason is Reason.CONFLICTING_OPTIONS and info.value.field == "limits"
         with pytest.raises(PolicyError) as info:
             sb.run(["true"], limits={"cpu_time": 1})
         assert info.value.reason is Reason.INVALID_VALUE

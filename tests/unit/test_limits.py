@@ -143,14 +143,14 @@ def test_a_session_splits_its_limits_and_a_command_only_narrows_them():
     budget = Budget(Limits(memory="64M", pids=10, cpu_time=5, wall_time=30, open_files=64))
     assert budget.server_limits() == Limits(memory="64M", pids=10)   # no rlimit binds the server
     assert Budget(Limits(cpu_time=5)).server_limits() is None and Budget(None).command(None) is None
-    narrowed = budget.command(Limits(cpu_time=1, wall_time=300, file_size="1M"))
+    narrowed, own = budget.command(Limits(cpu_time=1, wall_time=300, file_size="1M"))
     assert (narrowed.cpu_time, narrowed.wall_time, narrowed.file_size, narrowed.open_files) == (1, 30, 1 << 20, 64)
-    assert (narrowed.memory, narrowed.pids) == (64 << 20, 10)   # the session's, for the report
-    assert Budget(None).command(Limits(cpu_time=2)) == Limits(cpu_time=2)
-    for bad in (Limits(memory="64M"), Limits(pids=3)):
-        with pytest.raises(PolicyError) as info:
-            budget.command(bad)
-        assert info.value.reason is Reason.CONFLICTING_OPTIONS and info.value.field == "limits"
+    assert (narrowed.memory, narrowed.pids, own) == (64 << 20, 10, {})   # the session's, for the report
+    assert Budget(None).command(Limits(cpu_time=2)) == (Limits(cpu_time=2), {})
+    assert budget.command(Limits(memory="32M", pids=100)).own == {"memory": 32 << 20, "pids": 10}   # never wider
+    with pytest.raises(PolicyError) as info:
+        budget.command({"memory": 1})
+    assert info.value.reason is Reason.INVALID_VALUE
 
 
 def test_rlimit_nproc_is_relied_on_only_where_the_kernel_applies_it(monkeypatch):
