@@ -57,6 +57,15 @@ def which_limit(limits: Limits, returncode: int | None, hits: dict, wall_fired: 
     return None
 
 
+def deadline(seconds: float, expired, name: str) -> threading.Timer:
+    """A started daemon timer that calls ``expired()`` after ``seconds`` (a wall time)."""
+    timer = threading.Timer(seconds, expired)
+    timer.daemon = True
+    timer.name = name
+    timer.start()
+    return timer
+
+
 def host_limits() -> dict:
     """Which limits this launcher can enforce here, and how or why not: ``{limit:
     {"available", "mechanism", "reason", "detail"}}`` (``pysandbox status``). The cgroup
@@ -97,10 +106,7 @@ class LimitedChild:
         def expired():
             self.wall_fired = True
             kill()
-        self._timer = threading.Timer(self.limits.wall_time, expired)
-        self._timer.daemon = True
-        self._timer.name = "pysandbox-wall-time"
-        self._timer.start()
+        self._timer = deadline(self.limits.wall_time, expired, "pysandbox-wall-time")
 
     def returncode(self, wait_status: int) -> int:
         self._rc = self._child.returncode(wait_status)

@@ -38,14 +38,13 @@ from __future__ import annotations
 import os
 import signal
 import struct
-import threading
 from typing import NamedTuple
 
 from . import session_proto as W
 from .backends import tail
 from .errors import LimitUnavailable, PolicyError, Reason
 from .limits import CGROUP_KINDS, RLIMIT_KINDS, Limits
-from .enforcement import which_limit
+from .enforcement import deadline, which_limit
 
 LIMITS = 3                 # the LIMITS frame (native/psb_session_limits.h)
 SPAWN_LIMITED = 0x80000000  # in the SPAWN frame's D word: its LIMITS came first
@@ -141,10 +140,7 @@ class CommandLimits:
             def expired():
                 self.wall_fired = True
                 kill()
-            self._timer = threading.Timer(self.limits.wall_time, expired)
-            self._timer.daemon = True
-            self._timer.name = "pysandbox-session-wall-time"
-            self._timer.start()
+            self._timer = deadline(self.limits.wall_time, expired, "pysandbox-session-wall-time")
 
     def finish(self, returncode: int | None) -> str | None:
         """Called once its exit came (None: it never started): stops the deadline and
