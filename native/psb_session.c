@@ -332,6 +332,7 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
     }
     for (int k = 0; k < nfds; k++)
         sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
+    session_limits_forked();   /* the command's cgroup descriptors are its own only */
     sys6(NR_CLOSE, ep[1], 0, 0, 0, 0, 0);
     if (pid < 0) {
         put_event(rep, E_FAILED, id, (unsigned int)-pid, PSB_TAIL_FORK);

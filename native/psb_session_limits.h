@@ -85,8 +85,9 @@ static int session_limits_for(unsigned int id, unsigned int d)
     return ok;
 }
 
-/* Session server, right after the fork of the command's keeper: the server's copies of
- * the command's cgroup descriptors go (the child has its own). */
+/* Session server right after the fork of the command's keeper, and the keeper right after
+ * the fork of the command: their copies of the command's cgroup descriptors go (only the
+ * command's process holds them, until it has written them). */
 static void session_limits_forked(void)
 {
     session_limits_drop(cur_cg, &cur_cg_n);

@@ -335,3 +335,40 @@ def test_pids_as_rlimit_nproc_bounds_the_sandbox_not_the_callers_processes(backe
 def _in_session(policy, backend, argv):
     with pysandbox.Sandbox(policy, backend=backend) as sb:
         return sb.run(argv, input="", capture_output=True, text=True, timeout=120)
+
+
+def _holding_cgroup_procs(pid: int) -> list[str]:
+    out = []
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.endswith("/cgroup.procs"):
+                out.append(target)
+    except OSError:
+        pass
+    return out
+
+
+def test_only_the_commands_process_ever_holds_its_cgroup_procs(backend, tmp_path):
+    """The descriptor that moves a command into its own cgroup is written and closed by
+    the command's process before its exec: while the command runs, no process of the
+    session (server, keeper, command) holds a cgroup.procs. Live control: the scan finds
+    one this test opens itself."""
+    if not _nests("pids"):
+        pytest.skip("not applicable here: no per-command cgroup (the fail-closed tests run)")
+    with pysandbox.Sandbox(_policy(tmp_path, pids=64), backend=backend) as sb:
+        proc = sb.Popen(["sleep", "30"], limits=Limits(pids=8))
+        try:
+            session = [g.path for g in sb._server.cgroups.groups]
+            mine = [os.path.join(g, e) for g in session for e in os.listdir(g) if e.startswith("cmd-")]
+            pids = {int(p) for d in session + mine for p in open(os.path.join(d, "cgroup.procs")).read().split()}
+            assert len(pids) >= 3   # the server, the keeper, the command (and the sandbox's init)
+            assert {p: _holding_cgroup_procs(p) for p in pids if _holding_cgroup_procs(p)} == {}
+        finally:
+            proc.kill()
+            proc.wait()
+        with open(os.path.join(session[0], "cgroup.procs")) as held:   # live control
+            assert _holding_cgroup_procs(os.getpid()) and held
