@@ -155,7 +155,7 @@ ffibuilder.set_source(
     depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
              "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h",
              "native/psb_pid1.h", "native/psb_monitor.h", "native/psb_session.c", "native/_psb_session_blob.h",
-             "native/psb_tail.h", "native/psb_sys.h", "native/psb_landlock.h"],
+             "native/psb_tail.h", "native/psb_sys.h", "native/psb_landlock.h", "native/psb_session_limits.h"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
 )
 

@@ -16,9 +16,11 @@
  *                 payload: D u32 target numbers, then NUL-terminated strings:
  *                 cwd, the exec candidates, argv, env
  *     SIGNAL (2): A the signal, sent to the command's process
+ *     LIMITS (3): the next SPAWN's rlimits (native/psb_session_limits.h)
  *   server -> launcher: events of 4 u32 words TYPE ID A B
  *     READY (0x10); STARTED (0x11, A = the command's pid in the sandbox);
- *     FAILED (0x12, A = errno, B = the step: enum psb_tail_step, native/psb_tail.h);
+ *     FAILED (0x12, A = errno, B = the step: enum psb_tail_step, native/psb_tail.h;
+ *             for PSB_TAIL_RLIMIT the failed rlimit's index in bits 16 and up);
  *     EXITED (0x13, A = raw wait status); ERROR (0x14, A = code) and the server exits.
  *
  * Signals for a command go through its keeper (SIG_RELAY), which alone can know the
@@ -40,6 +42,7 @@
 
 #if defined(__x86_64__)
 #include "psb_tail.h"
+#include "psb_session_limits.h"
 PSB_START(psb_session_main);
 
 #define NR_READ __NR_read
@@ -226,6 +229,13 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
     unsigned long none = 0;
     sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
+    long cg = session_limits_enter();   /* native/psb_session_limits.h */
+    if (cg < 0) {
+        unsigned int rec[2] = { (unsigned int)-cg, PSB_TAIL_CGROUP };
+        sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
+        for (;;)
+            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+    }
     /* Every received descriptor above every target, then onto its target; then nothing
      * else stays open (the error pipe is close-on-exec). */
     long maxt = 2;
@@ -262,7 +272,15 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
      * domain: as before (the server and keepers are undumpable). */
     /* Fail closed on any error, as the one-shot launch does: the kind was asked for because
      * the kernel has it (pysandbox/backends/landlock.py). */
-    long r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
+    unsigned int rl_index = 0;
+    long r = session_limits_apply(&rl_index);   /* native/psb_session_limits.h */
+    if (r < 0) {
+        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_RLIMIT | rl_index << 16;
+        sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
+        for (;;)
+            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+    }
+    r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
     if (r < 0) {
         rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_LANDLOCK;
         sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
@@ -314,6 +332,7 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
     }
     for (int k = 0; k < nfds; k++)
         sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
+    session_limits_forked();   /* the command's cgroup descriptors are its own only */
     sys6(NR_CLOSE, ep[1], 0, 0, 0, 0, 0);
     if (pid < 0) {
         put_event(rep, E_FAILED, id, (unsigned int)-pid, PSB_TAIL_FORK);
@@ -434,6 +453,10 @@ static void sweep(void)
 static void spawn(const unsigned int *h, long *fds, int nfds)
 {
     unsigned int id = h[2], ncand = h[3], nargv = h[4], nenv = h[5];
+    if (!session_limits_for(id, h[6])) {   /* native/psb_session_limits.h: fail closed */
+        put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_RLIMIT);
+        return;
+    }
     unsigned int len = h[7];
     unsigned int *targets = (unsigned int *)payload;
     unsigned long off = (unsigned long)nfds * 4;
@@ -442,7 +465,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
     for (int k = 0; k < MAX_CMDS && slot < 0; k++)
         if (cmds[k].rep < 0)
             slot = k;
-    if (h[6] != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
+    if ((h[6] & ~SPAWN_LIMITED) != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
         put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_USAGE);
         return;
     }
@@ -483,6 +506,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
                 sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
         keeper(id, rp[1], ncand, nargv, nfds, targets, fds);
     }
+    session_limits_forked();
     sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
     if (k < 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
@@ -519,7 +543,10 @@ static void frame(void)
         put_event(chan, E_ERROR, h[2], 1, 0);
         quit(0);
     }
-    if (h[1] == T_SPAWN) {
+    if (h[1] == T_LIMITS) {
+        if (session_limits_take(h, payload, fds, nfds) < 0)
+            put_event(chan, E_FAILED, h[2], 22 /* EINVAL */, PSB_TAIL_RLIMIT);
+    } else if (h[1] == T_SPAWN) {
         spawn(h, fds, nfds);
     } else if (h[1] == T_SIGNAL) {
         int k = find(h[2]);

@@ -58,6 +58,7 @@ enum psb_tail_step {
     PSB_TAIL_GATE,
     PSB_TAIL_CHDIR,           /* the session server's commands: their working directory */
     PSB_TAIL_FDS,             /* the session server's commands: their descriptors */
+    PSB_TAIL_CGROUP,          /* the session server's commands: their own cgroups */
 };
 
 #define PSB_TAIL_ENOENT 2

@@ -38,6 +38,7 @@ from .limits import CGROUP_KINDS
 
 ROOT_ENV = "PYSANDBOX_CGROUP_ROOT"
 PREFIX = cgroup_leftovers.PREFIX
+NESTED_PREFIX = "cmd-"   # a session command's own cgroup, below the session's
 _counter = itertools.count()
 # v1 files / v2 files: (limit file, events file, events key)
 _FILES = {
@@ -175,7 +176,15 @@ class Cgroup:
                 os.close(fd)
 
     def remove(self, deadline: float) -> bool:
-        """Kill what is left and rmdir, until ``deadline`` (monotonic); False if it stays."""
+        """Kill what is left and rmdir, until ``deadline`` (monotonic); False if it stays.
+        A session's per-command cgroups below it (``NESTED_PREFIX``) go first."""
+        try:
+            nested = [e.path for e in os.scandir(self.path)
+                      if e.name.startswith(NESTED_PREFIX) and e.is_dir(follow_symlinks=False)]
+        except OSError:
+            nested = []
+        for path in nested:
+            Cgroup(self.version, path, self.controllers).remove(deadline)
         pause = 0.001
         while True:
             self.kill()
@@ -235,19 +244,57 @@ class Cgroups:
             raise
         return made
 
+    def nested(self, name: str, limits: dict) -> "Cgroups":
+        """A cgroup ``NESTED_PREFIX + name`` below each of ours that has a controller of
+        ``limits`` (a session's per-command cgroups: pysandbox/session_limits.py), with
+        the limits written; the caller places the command in them.
+
+        Raises:
+            LimitUnavailable (cgroup_unavailable): a controller of ``limits`` is not ours,
+                or on cgroup v2 (our cgroup holds the session's server: no controller can
+                be enabled below a cgroup with processes); nothing is left behind.
+        """
+        made = Cgroups([])
+        try:
+            for c in limits:
+                group = next((g for g in self.groups if c in g.controllers), None)
+                if group is None or group.version != 1:
+                    raise LimitUnavailable(f"a command's own {c} limit needs a cgroup below the session's, which "
+                                           "only cgroup v1 allows here (on cgroup v2 the session's cgroup holds "
+                                           "its server)", Reason.CGROUP_UNAVAILABLE, limit=c)
+                path = os.path.join(group.path, NESTED_PREFIX + name)
+                target = next((g for g in made.groups if g.path == path), None)
+                if target is None:
+                    try:
+                        os.mkdir(path, 0o755)
+                    except OSError as exc:
+                        raise _fail(c, f"creating {path}", exc) from None
+                    target = Cgroup(1, path, tuple(k for k in group.controllers if k in limits))
+                    made.groups.append(target)
+                _set_limit(target, c, limits[c])
+        except BaseException:
+            made.close()
+            raise
+        return made
+
     @property
     def procs_files(self) -> tuple[str, ...]:
         return tuple(os.path.join(g.path, "cgroup.procs") for g in self.groups)
+
+    def counters(self) -> dict[str, int]:
+        """``{controller: times its limit was hit so far}`` (a session reads them around
+        each command: pysandbox/session_limits.py)."""
+        if self.closed:
+            return dict(self.hits)
+        return {c: g.events(c) for g in self.groups for c in g.controllers}
 
     def close(self, timeout: float = 10.0) -> dict[str, int]:
         """Kill whatever is left in our cgroups, read the hit counters, remove them.
         Returns ``{controller: times its limit was hit}``. Idempotent."""
         if self.closed:
             return self.hits
+        self.hits.update(self.counters())
         self.closed = True
-        for g in self.groups:
-            for c in g.controllers:
-                self.hits[c] = g.events(c)
         deadline = time.monotonic() + timeout
         left = [g.path for g in self.groups if not g.remove(deadline)]
         if left:

@@ -13,21 +13,33 @@ from __future__ import annotations
 import signal
 import threading
 
+from . import nproc
 from .cgroup import Cgroups
+from .errors import LimitUnavailable
 from .limits import Limits
 
 
-def prepare(limits: Limits | None) -> Cgroups | None:
+def prepare(limits: Limits | None) -> tuple[Cgroups | None, tuple]:
     """The cgroups of one launch, made before the backend starts it (None: no memory or
-    pids limit).
+    pids limit), and the rlimits it needs on top of ``limits.rlimits()``: the pids
+    limit as ``RLIMIT_NPROC`` where no cgroup can enforce it and the kernel counts it
+    per user namespace (:mod:`pysandbox.nproc`).
 
     Raises:
         LimitUnavailable: cgroup_unavailable, controller_not_delegated: the command does
             not run (fail closed).
     """
     if limits is None or not limits.cgroup:
-        return None
-    return Cgroups.create(limits.cgroup)
+        return None, ()
+    try:
+        return Cgroups.create(limits.cgroup), ()
+    except LimitUnavailable as exc:
+        if limits.pids is None or not nproc.available()[0]:
+            raise
+        if exc.limit not in (None, "pids") and limits.memory is not None:
+            raise   # the memory limit cannot be enforced: fail closed whatever pids does
+    rest = {k: v for k, v in limits.cgroup.items() if k != "pids"}
+    return (Cgroups.create(rest) if rest else None), (nproc.rlimit(limits.pids),)
 
 
 def which_limit(limits: Limits, returncode: int | None, hits: dict, wall_fired: bool) -> str | None:
@@ -45,6 +57,15 @@ def which_limit(limits: Limits, returncode: int | None, hits: dict, wall_fired: 
     return None
 
 
+def deadline(seconds: float, expired, name: str) -> threading.Timer:
+    """A started daemon timer that calls ``expired()`` after ``seconds`` (a wall time)."""
+    timer = threading.Timer(seconds, expired)
+    timer.daemon = True
+    timer.name = name
+    timer.start()
+    return timer
+
+
 def host_limits() -> dict:
     """Which limits this launcher can enforce here, and how or why not: ``{limit:
     {"available", "mechanism", "reason", "detail"}}`` (``pysandbox status``). The cgroup
@@ -58,6 +79,9 @@ def host_limits() -> dict:
         ok, reason, detail = host_support(kind)
         out[kind] = {"available": ok, "mechanism": detail if ok else "cgroup", "reason": reason,
                      "detail": "" if ok else detail}
+    if not out["pids"]["available"] and nproc.available()[0]:
+        out["pids"] = {"available": True, "mechanism": nproc.MECHANISM, "reason": None,
+                       "detail": f"no cgroup: {out['pids']['reason']}"}
     return out
 
 
@@ -82,10 +106,7 @@ class LimitedChild:
         def expired():
             self.wall_fired = True
             kill()
-        self._timer = threading.Timer(self.limits.wall_time, expired)
-        self._timer.daemon = True
-        self._timer.name = "pysandbox-wall-time"
-        self._timer.start()
+        self._timer = deadline(self.limits.wall_time, expired, "pysandbox-wall-time")
 
     def returncode(self, wait_status: int) -> int:
         self._rc = self._child.returncode(wait_status)

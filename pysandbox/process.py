@@ -205,14 +205,17 @@ class SandboxProcess(BackendPopen):
 
     def _start_child(self, argv, stdin, stdout, stderr):
         limits = self.policy.limits
-        cgroups = prepare(limits)   # before anything starts: a limit not enforceable fails closed
+        # before anything starts: a limit not enforceable fails closed; extra: the pids
+        # limit as RLIMIT_NPROC where no cgroup can hold it (pysandbox/nproc.py)
+        cgroups, extra = prepare(limits)
+        plan = replace(self.plan, rlimits=self.plan.rlimits + extra) if extra else self.plan
         launch = Launch(argv=argv, env=self._sandbox_env, stdin=stdin, stdout=stdout, stderr=stderr,
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
                         close_in_setup=self._close_in_setup, pty_socket=self._pty[0], pty_stdio=self._pty[1],
                         pty_winsize=self._pty[2], cgroup_procs=cgroups.procs_files if cgroups else (),
                         proxy_socket=None if self.proxy is None else self.proxy.their_fd)
         try:
-            child = self.backend.spawn(self.plan, launch)
+            child = self.backend.spawn(plan, launch)
         except BaseException:
             if cgroups is not None:
                 cgroups.close()
@@ -231,6 +234,11 @@ class SandboxProcess(BackendPopen):
         super()._execute_child(*args)
         if isinstance(self._child, LimitedChild):   # the wall-time deadline starts with the command
             self._child.start_deadline(lambda: self.send_signal(signal.SIGKILL))
+
+    @property
+    def cgroups(self):
+        """The launch's cgroups (pysandbox/cgroup.py ``Cgroups``) while it runs, or None."""
+        return getattr(self._child, "cgroups", None)
 
     @property
     def limit(self) -> str | None:

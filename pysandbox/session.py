@@ -42,6 +42,7 @@ from .lifecycle import KILL_GRACE
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
 from .process import SandboxProcess, caller_directory, compiled, run_process
+from .session_limits import Budget, CommandLimits, limits_failure, send_spawn
 from .view import sandbox_cwd
 
 START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
@@ -52,15 +53,19 @@ _REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable"
 
 
 class _Command:
-    __slots__ = ("pid", "failed", "status", "on_exit")
+    __slots__ = ("pid", "failed", "status", "on_exit", "limits")
 
     def __init__(self):
         self.pid = None
         self.failed = None
         self.status = None
         self.on_exit = None   # called once (under the channel's lock) when it failed, ended or was lost
+        self.limits = None    # its CommandLimits (pysandbox/session_limits.py), ended with its exit
 
-    def ended(self) -> None:
+    def ended(self, returncode: int | None = None) -> None:
+        """It failed to start (``returncode`` None), exited or was lost: its limits and hook."""
+        if self.limits is not None and returncode is not None:
+            self.limits.finish(returncode)
         hook, self.on_exit = self.on_exit, None
         if hook is not None:
             hook()
@@ -83,12 +88,14 @@ class Channel:
         self.send_lock = threading.Lock()
         self.external = False   # an event loop reads the socket (pysandbox/aio_session.py)
 
-    def send(self, frame: bytes, fds=()) -> None:
+    def send(self, frame: bytes, fds=(), before: bytes = b"", before_fds=()) -> None:
+        """``before`` (with ``before_fds``) then ``frame``, with nothing between."""
         with self.send_lock:
             try:
-                sent = socket.send_fds(self.sock, [frame], list(fds)) if fds else 0
-                if sent < len(frame):
-                    self.sock.sendall(frame[sent:])
+                for data, passed in ((before, before_fds), (frame, fds)):
+                    sent = socket.send_fds(self.sock, [data], list(passed)) if passed else 0
+                    if sent < len(data):
+                        self.sock.sendall(data[sent:])
             except OSError as exc:
                 raise SessionError(f"the session's server is gone ({exc})", Reason.SESSION_LOST) from None
 
@@ -149,14 +156,14 @@ class Channel:
             elif ev.kind == W.EXITED:
                 cmd.status = ev.a
                 del self.commands[ev.id]
-                cmd.ended()
+                cmd.ended(os.waitstatus_to_exitcode(ev.a))
         if lost is not None and self.lost is None:
             self.lost = lost
             for cmd in self.commands.values():   # the sandbox is gone, and they with it
                 if cmd.pid is None and cmd.failed is None:
                     cmd.failed = W.Event(W.FAILED, 0, 0, 0)
                 cmd.status = signal.SIGKILL
-                cmd.ended()
+                cmd.ended(-signal.SIGKILL)
             self.commands.clear()
 
 
@@ -184,12 +191,19 @@ class _RemoteChild:
                 ch.commands.pop(self.cid, None)
             if ch.lost is not None and cmd.failed.a == 0:
                 raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
-            raise W.failure(cmd.failed, self.argv0, self.cwd)
+            if cmd.limits is not None:
+                cmd.limits.finish(None)   # its deadline ends with it
+            raise limits_failure(cmd.failed, cmd.limits) or W.failure(cmd.failed, self.argv0, self.cwd)
         self.pid = cmd.pid
         return self.pid
 
     def returncode(self, status: int) -> int:
         return os.waitstatus_to_exitcode(status)
+
+    @property
+    def limit(self) -> str | None:
+        """The resource limit that ended the command, once its exit came (or None)."""
+        return self.cmd.limits.result if self.cmd.limits is not None else None
 
     def wait_status(self, timeout):
         if self.cmd.status is None:
@@ -216,15 +230,20 @@ class SessionProcess(RemotePopen):
     the command; ``kill()`` ends it and every process it made (setsid'd ones too).
     ``cwd`` is a path inside the sandbox (default: the policy's working directory; with no
     policy, the caller's directory when the command is run, where the sandbox shows it).
+    ``limits`` (a :class:`pysandbox.Limits`) narrows the session's rlimits and wall time
+    for this command; ``limit`` names the limit that ended it (pysandbox/session_limits.py).
 
     Raises:
         PolicyError: a refused argument (the policy decides users, umask, ...).
+        LimitUnavailable: its own memory or pids limit cannot be a cgroup here.
+        SetupError (setup_failed, stage rlimit): the kernel refused one of its rlimits.
         SessionError: the session is closed or lost.
         FileNotFoundError, PermissionError, ...: the command or ``cwd`` cannot be used,
             as subprocess raises them.
     """
 
-    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), _deferred=False, **kwargs):
+    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), limits=None,
+                 _deferred=False, **kwargs):
         for bad in _REFUSED:
             if kwargs.get(bad) not in (None, False):
                 raise PolicyError(f"{bad}= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS, bad)
@@ -238,6 +257,7 @@ class SessionProcess(RemotePopen):
         if not argv or not argv[0]:
             raise PolicyError("empty command", Reason.INVALID_VALUE, args)
         self.session = session
+        self._limits = session.budget.command(limits)   # the session's, narrowed (session_limits.py)
         self._cwd = session.sandbox_path(cwd)
         self._env = session.command_env(env)
         self._env["PWD"] = self._cwd
@@ -256,9 +276,15 @@ class SessionProcess(RemotePopen):
 
     def _start_child(self, argv, stdin, stdout, stderr):
         child = self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
-                                    [0, 1, 2, *self._fds], wait=not self._deferred)
+                                    [0, 1, 2, *self._fds], wait=not self._deferred, limits=self._limits)
         session_proxy.attach(self.proxy, child)
         return child
+
+    @property
+    def limit(self) -> str | None:
+        """The resource limit that ended the command (pysandbox/session_limits.py), or
+        None; known once its exit was collected."""
+        return getattr(self._child, "limit", None)
 
     def forward_signal(self, sig) -> None:
         """As :meth:`pysandbox.SandboxProcess.forward_signal`: ``sig`` to the command."""
@@ -273,8 +299,9 @@ class Sandbox:
     """A live sandbox that runs many commands; see the module's docstring.
 
     Raises (from the constructor):
-        PolicyError: invalid policy; a policy without a pid namespace; a policy with
-            ``limits`` (``conflicting_options``: resource limits are per one-shot launch).
+        PolicyError: invalid policy; a policy without a pid namespace.
+        LimitUnavailable: a memory or pids limit of ``policy.limits`` (the whole
+            session's budget, pysandbox/session_limits.py) cannot be enforced here.
         BackendUnavailable, CapabilityUnavailable, SetupError: as a one-shot launch.
         SessionError (session_unavailable): the server cannot run here (no native module
             to carry it, no procfs at /proc) or did not become ready.
@@ -290,12 +317,7 @@ class Sandbox:
         if "pid" not in self.policy.namespaces:
             raise PolicyError("a session needs a pid namespace (its server is the pid 1 that ends every "
                               "command's descendants)", Reason.CONFLICTING_OPTIONS, "namespaces")
-        if self.policy.limits is not None:
-            # Not applied to the whole session: one cgroup and one deadline for every command
-            # would be a shared budget no command asked for, and rlimits would bind the server.
-            raise PolicyError("resource limits apply to one-shot launches (run, Popen), not to sessions or "
-                              "pools: launch the command with the policy instead", Reason.CONFLICTING_OPTIONS,
-                              "limits", field="limits")
+        self.budget = Budget(self.policy.limits)   # memory/pids: the session's; the rest: each command's
         # network proxy mode: one engine for the session, a credential per command
         self.egress = session_proxy.for_policy(self.policy)
         self.plan = compiled(self.policy)
@@ -315,7 +337,7 @@ class Sandbox:
         self.channel = Channel(ours)
         self._closed = False
         self._server = None
-        launch = self.policy.replace(as_pid_1=True, pass_fds=())
+        launch = self.policy.replace(as_pid_1=True, pass_fds=(), limits=self.budget.server_limits())
         try:
             # -L KIND: each command's Landlock domain (backends/landlock.py), by the rule
             # of Plan.command_may_mount read off the policy; none: no -L.
@@ -361,7 +383,7 @@ class Sandbox:
             return caller_directory(self.plan).chdir if self._caller_start else self.plan.chdir
         return sandbox_cwd(cwd, self.plan.chdir)
 
-    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True) -> _RemoteChild:
+    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, limits=None) -> _RemoteChild:
         ch = self.channel
         if self._closed:
             raise SessionError("the session is closed", Reason.SESSION_CLOSED)
@@ -374,10 +396,12 @@ class Sandbox:
         except ValueError as exc:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
         cmd = _Command()
+        child = _RemoteChild(ch, cid, cmd, argv[0], cwd)
+        if limits is not None:
+            cmd.limits = CommandLimits(limits, self._server.cgroups, lambda: child.signal(signal.SIGKILL), cid)
         with ch.cv:
             ch.commands[cid] = cmd
-        ch.send(frame, fds)
-        child = _RemoteChild(ch, cid, cmd, argv[0], cwd)
+        send_spawn(ch, cid, frame, fds, cmd.limits)
         if wait:
             ch.wait_for(lambda: cmd.pid is not None or cmd.failed is not None, None)
             child.started()

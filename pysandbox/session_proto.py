@@ -96,5 +96,6 @@ def failure(ev: Event, argv0: str, cwd: str) -> OSError:
     if step in ("EXEC", "LANDLOCK"):
         return tail.error(step, err, exe=argv0)
     what = {"FORK": "starting the command", "FDS": "placing its descriptors",
-            "USAGE": "reading the command's frame"}.get(step, f"step {ev.b}")
+            "USAGE": "reading the command's frame",
+            "RLIMIT": "setting the command's resource limits"}.get(step, f"step {ev.b}")
     return OSError(err, f"the session server failed {what}: {os.strerror(err)}")

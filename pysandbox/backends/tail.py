@@ -22,7 +22,7 @@ from ..errors import Reason, SetupError
 
 # enum psb_tail_step, in order from 1 (native/psb_tail.h).
 STEPS = ("USAGE", "MOUNT_PRIVATE", "PROC_READONLY", "BIND_CHANGED", "CAPS", "SECCOMP", "EXEC", "FORK",
-         "LIFELINE", "LANDLOCK", "PTY", "RLIMIT", "LISTEN", "NNP", "GATE", "CHDIR", "FDS")
+         "LIFELINE", "LANDLOCK", "PTY", "RLIMIT", "LISTEN", "NNP", "GATE", "CHDIR", "FDS", "CGROUP")
 STEP = {name: i + 1 for i, name in enumerate(STEPS)}
 
 # The native op kind that runs each tail step in the executor's op array.
@@ -33,7 +33,8 @@ OP_STEP = {"CAPS": "CAPS", "NNP": "NNP", "LANDLOCK": "LANDLOCK", "RLIMIT": "RLIM
 STAGE = {"CAPS": "capabilities", "NNP": "no_new_privs", "LANDLOCK": "landlock", "RLIMIT": "rlimit",
          "SECCOMP": "seccomp", "LISTEN": "proxy listener", "PTY": "terminal", "EXEC": "exec", "CHDIR": "chdir",
          "FDS": "descriptors", "FORK": "fork", "USAGE": "init", "MOUNT_PRIVATE": "init",
-         "PROC_READONLY": "proc", "BIND_CHANGED": "bind", "LIFELINE": "init", "GATE": "monitor"}
+         "PROC_READONLY": "proc", "BIND_CHANGED": "bind", "LIFELINE": "init", "GATE": "monitor",
+         "CGROUP": "cgroup"}
 
 _RLIMIT_NAMES = {getattr(resource, n): n for n in dir(resource) if n.startswith("RLIMIT_") and n != "RLIMIT_OFILE"}
 

@@ -5,8 +5,7 @@ it is plain Python to read and test. At start it asks :func:`pysandbox.status` w
 this node can enforce the policy; a node that cannot answers every call with
 ``SessionError`` (``session_unavailable``) and runs nothing: it is never used
 unsandboxed. A node that can keeps a :class:`pysandbox.Pool` of staged sandboxes (one
-fresh sandbox per command), or, for a policy a pool refuses (resource limits, network
-proxy mode), launches each command one-shot with :func:`pysandbox.run`: the whole policy
+fresh sandbox per command), or, for a policy a pool refuses (network proxy mode), launches each command one-shot with :func:`pysandbox.run`: the whole policy
 either way. Sessions (:class:`pysandbox.Sandbox`) are held by id for the driver's
 ``sc.session()``.
 
@@ -108,7 +107,7 @@ class SandboxHost:
         self.mode = "none"
         if not self.available:
             return
-        if policy.limits is None and policy.network.mode != "proxy":
+        if policy.network.mode != "proxy":
             from ..pool import Pool
             self._pool = Pool(policy, size=pool_size, backend=backend)
             self.mode = "pool"

@@ -22,7 +22,9 @@ import pytest
 
 import pysandbox
 from pysandbox import Limits, LimitUnavailable, Policy
+from pysandbox import nproc
 from pysandbox.cgroup import host_support
+from pysandbox.enforcement import host_limits
 from tests.support import need, not_applicable
 
 FAIL_CLOSED = ("controller_not_delegated", "cgroup_unavailable")
@@ -45,6 +47,12 @@ def cgroup_or_fail_closed(kind: str, backend: str) -> bool:
         return True
     if os.geteuid() == 0:
         need(f"cgroup {kind}", f"{reason}: {detail}")
+    if kind == "pids" and nproc.available()[0]:
+        # no cgroup, and RLIMIT_NPROC holds the limit instead (pysandbox/nproc.py; its
+        # fork bomb: tests/integration/test_session_limits.py): the launch runs
+        done = pysandbox.run(["true"], policy=_policy(pids=64), backend=backend)
+        assert done.returncode == 0 and host_limits()["pids"]["mechanism"] == nproc.MECHANISM
+        return False
     with pytest.raises(LimitUnavailable) as info:
         pysandbox.run(["true"], policy=_policy(**{kind: 64 << 20 if kind == "memory" else 64}), backend=backend)
     assert info.value.reason.value in FAIL_CLOSED and info.value.limit == kind
@@ -378,12 +386,21 @@ def test_status_reports_each_limit(tmp_path, monkeypatch):
     assert all(st.limits[k]["available"] for k in ("cpu_time", "wall_time", "file_size", "open_files"))
     for kind in ("memory", "pids"):
         ok, reason, _detail = host_support(kind)
+        if kind == "pids" and not ok and nproc.available()[0]:   # no cgroup: RLIMIT_NPROC holds it
+            assert st.limits[kind]["available"] and st.limits[kind]["mechanism"] == nproc.MECHANISM
+            continue
         assert st.limits[kind]["available"] is ok and st.limits[kind]["reason"] == reason
     # a host without a cgroup hierarchy (an empty fake root): each cgroup limit says why,
     # and a policy asking for one is not available here
     monkeypatch.setenv("PYSANDBOX_CGROUP_ROOT", str(tmp_path))
     st = status(Policy.default(limits=Limits(pids=10)))
-    assert st.limits["pids"]["reason"] == "cgroup_unavailable" and not st.limits["pids"]["available"]
+    if nproc.available()[0]:   # pids: RLIMIT_NPROC; memory has nothing else
+        assert st.limits["pids"]["available"] and st.limits["pids"]["mechanism"] == nproc.MECHANISM
+        assert st.available
+        st = status(Policy.default(limits=Limits(memory="64M")))
+        assert st.limits["memory"]["reason"] == "cgroup_unavailable" and not st.limits["memory"]["available"]
+    else:
+        assert st.limits["pids"]["reason"] == "cgroup_unavailable" and not st.limits["pids"]["available"]
     assert not st.available and st.reason == "cgroup_unavailable"
     assert status(Policy.default(limits=Limits(cpu_time=5))).available   # rlimits need no cgroup
 
@@ -404,7 +421,7 @@ def test_a_refused_placement_fails_closed(backend, tmp_path, monkeypatch):
     marker = tmp_path / "ran"
     policy = Policy.default(workdir=str(tmp_path), limits=Limits(pids=32))
     fake = Fake((str(tmp_path / "missing" / "cgroup.procs"),))
-    monkeypatch.setattr(process, "prepare", lambda limits: fake)
+    monkeypatch.setattr(process, "prepare", lambda limits: (fake, ()))
     with pytest.raises(LimitUnavailable):
         pysandbox.run(["touch", str(marker)], policy=policy, backend=backend, timeout=60)
     assert not marker.exists() and fake.closed == 1

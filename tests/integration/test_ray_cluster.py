@@ -197,7 +197,7 @@ def test_read_only_root_holds_inside_a_ray_worker(cluster, work, outside):
 def test_limits_hold_inside_a_ray_worker(cluster, work):
     limits = Limits(file_size="1M", pids=64) if host_capability("root") is None else Limits(file_size="1M")
     with _sc(Policy.default(workdir=str(work)).replace(limits=limits), pool_size=1) as sc:
-        assert sc.hosts and all(h["mode"] == "one-shot" for h in sc.hosts)   # pools refuse limits
+        assert sc.hosts and all(h["mode"] == "pool" for h in sc.hosts)   # a pool takes the limits
         for h in sc.hosts:
             over = sc.run(["sh", "-c", "exec head -c 2097152 /dev/zero >big"], node_id=h["node_id"])
             assert over.limit == "file_size" and over.returncode == -signal.SIGXFSZ

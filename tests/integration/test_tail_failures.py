@@ -12,8 +12,9 @@ port out of range, a kept capability numbered past the kernel's last), or the la
 end of the terminal socket closed before the launch (the master cannot be handed over).
 Nothing a sandboxed command can reach selects a failure.
 
-Where a path does not run a step it says so at the step: sessions refuse resource limits
-and network proxy mode before any launch, and take no terminal.
+Where a path does not run a step it says so at the step: sessions refuse network proxy
+mode before any launch, and take no terminal. A session sets each command's rlimits in
+the command's process (native/psb_session_limits.h), so the RLIMIT step runs there too.
 """
 
 from __future__ import annotations
@@ -122,13 +123,15 @@ def test_an_rlimit_the_kernel_refuses(tmp_path, monkeypatch):
     failures = {b: _launch(bad, b, tmp_path) for b in ("native", "bwrap")}
     force_python_bwrap_init(monkeypatch)
     failures["bwrap-python-init"] = _launch(bad, "bwrap", tmp_path)
-    _check_same(failures, tmp_path, "RLIMIT", errno.EPERM)
-    assert all(exc.filename == "RLIMIT_NOFILE" for exc in failures.values())
     monkeypatch.undo()
     _fresh_plans(monkeypatch)
-    # (sessions refuse resource limits: PolicyError before any launch)
+    for b in ("native", "bwrap"):   # a session's command: its rlimits, set by the server's child
+        failures[f"session-{b}"] = _session(bad, b, tmp_path)
+    _check_same(failures, tmp_path, "RLIMIT", errno.EPERM)
+    assert all(exc.filename == "RLIMIT_NOFILE" for exc in failures.values())
     _control(_policy(tmp_path, limits=Limits(open_files=64)), tmp_path,
-             [lambda p: _launch(p, "native", tmp_path), lambda p: _launch(p, "bwrap", tmp_path)])
+             [lambda p: _launch(p, "native", tmp_path), lambda p: _launch(p, "bwrap", tmp_path),
+              lambda p: _session(p, "native", tmp_path), lambda p: _session(p, "bwrap", tmp_path)])
 
 
 @pytest.mark.requires("bwrap")

@@ -16,6 +16,12 @@ end of the run, so a fallback never hides silently):
     session's commands never are (the server is).
 Tests whose subject is one-shot only carry ``pytest.mark.one_shot_only(reason)`` and are
 skipped here with that reason.
+
+PYSANDBOX_TEST_SESSION_LIMITS=1 as well: each such session also carries resource limits
+(pysandbox/session_limits.py) where its policy has none: a generous pids budget (its
+cgroup, or RLIMIT_NPROC without one) and, where a memory cgroup can be made, a memory
+one, so every command goes through the limited path (a LIMITS frame, a marked SPAWN, its
+rlimits set in its own process) and every invariant must hold there too.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import pysandbox
 import pysandbox.session
 
 VIA_SESSION = os.environ.get("PYSANDBOX_TEST_VIA_SESSION") == "1"
+SESSION_LIMITS = os.environ.get("PYSANDBOX_TEST_SESSION_LIMITS") == "1"
 FALLBACKS: collections.Counter = collections.Counter()
 
 
@@ -74,13 +81,23 @@ class _SessionPopen(pysandbox.session.SessionProcess):
                 self.session.close()
 
 
+def _session(policy, backend):
+    """The session for one command (PYSANDBOX_TEST_SESSION_LIMITS=1: with limits)."""
+    if not SESSION_LIMITS or (policy is not None and policy.limits is not None):
+        return pysandbox.session.Sandbox(policy, backend)
+    from pysandbox.cgroup import host_support
+    memory = "2G" if host_support("memory")[0] else None
+    limited = (policy or pysandbox.Policy.default()).replace(limits=pysandbox.Limits(pids=4096, memory=memory))
+    return pysandbox.session.Sandbox(limited, backend, caller_directory=policy is None)
+
+
 def session_popen(real_popen):
     def Popen(args, *, policy=None, backend="auto", **kwargs):
         why = _fallback_reason(policy, kwargs)
         if why is not None:
             FALLBACKS[f"Popen: {why}"] += 1
             return real_popen(args, policy=policy, backend=backend, **kwargs)
-        sb = pysandbox.session.Sandbox(policy, backend)
+        sb = _session(policy, backend)
         try:
             return _SessionPopen(sb, args, **kwargs)
         except BaseException:
@@ -95,7 +112,7 @@ def session_run(real_run):
         if why is not None:
             FALLBACKS[f"run: {why}"] += 1
             return real_run(args, policy=policy, backend=backend, **kwargs)
-        with pysandbox.session.Sandbox(policy, backend) as sb:
+        with _session(policy, backend) as sb:
             return sb.run(args, **kwargs)
     return run
 

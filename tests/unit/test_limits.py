@@ -136,11 +136,29 @@ def test_cli_errors_name_the_option(capsys):
     assert "--limit-open-files" in capsys.readouterr().err
 
 
-def test_sessions_refuse_limits():
-    from pysandbox.session import Sandbox
+def test_a_session_splits_its_limits_and_a_command_only_narrows_them():
+    """pysandbox/session_limits.py: memory/pids are the session's (its cgroups), the rest
+    each command's; a command's own value wins only when smaller."""
+    from pysandbox.session_limits import Budget
+    budget = Budget(Limits(memory="64M", pids=10, cpu_time=5, wall_time=30, open_files=64))
+    assert budget.server_limits() == Limits(memory="64M", pids=10)   # no rlimit binds the server
+    assert Budget(Limits(cpu_time=5)).server_limits() is None and Budget(None).command(None) is None
+    narrowed, own = budget.command(Limits(cpu_time=1, wall_time=300, file_size="1M"))
+    assert (narrowed.cpu_time, narrowed.wall_time, narrowed.file_size, narrowed.open_files) == (1, 30, 1 << 20, 64)
+    assert (narrowed.memory, narrowed.pids, own) == (64 << 20, 10, {})   # the session's, for the report
+    assert Budget(None).command(Limits(cpu_time=2)) == (Limits(cpu_time=2), {})
+    assert budget.command(Limits(memory="32M", pids=100)).own == {"memory": 32 << 20, "pids": 10}   # never wider
     with pytest.raises(PolicyError) as info:
-        Sandbox(Policy.default(limits=Limits(pids=10)))
-    assert info.value.reason is Reason.CONFLICTING_OPTIONS and info.value.field == "limits"
+        budget.command({"memory": 1})
+    assert info.value.reason is Reason.INVALID_VALUE
+
+
+def test_rlimit_nproc_is_relied_on_only_where_the_kernel_applies_it(monkeypatch):
+    from pysandbox import nproc
+    assert not nproc._kernel_counts_per_userns("5.13.0") and nproc._kernel_counts_per_userns("5.14.0-1")
+    assert nproc._kernel_counts_per_userns("6.18.44-fc") and not nproc._kernel_counts_per_userns("weird")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert not nproc.available()[0]   # uid 0 is never refused a fork for RLIMIT_NPROC
 
 
 # ---------------------------------------------------------------- cgroup lookup, fake trees
