@@ -5,8 +5,8 @@ it is plain Python to read and test. At start it asks :func:`pysandbox.status` w
 this node can enforce the policy; a node that cannot answers every call with
 ``SessionError`` (``session_unavailable``) and runs nothing: it is never used
 unsandboxed. A node that can keeps a :class:`pysandbox.Pool` of staged sandboxes (one
-fresh sandbox per command), or, for a policy a pool refuses (network proxy mode), launches each command one-shot with :func:`pysandbox.run`: the whole policy
-either way. Sessions (:class:`pysandbox.Sandbox`) are held by id for the driver's
+fresh sandbox per command), which takes the whole policy (limits and network proxy mode
+too). Sessions (:class:`pysandbox.Sandbox`) are held by id for the driver's
 ``sc.session()``.
 
 Results are :class:`CommandResult`: plain picklable data, each output stream cut at
@@ -107,12 +107,9 @@ class SandboxHost:
         self.mode = "none"
         if not self.available:
             return
-        if policy.network.mode != "proxy":
-            from ..pool import Pool
-            self._pool = Pool(policy, size=pool_size, backend=backend)
-            self.mode = "pool"
-        else:
-            self.mode = "one-shot"   # a pool refuses this policy; the launch takes it whole
+        from ..pool import Pool
+        self._pool = Pool(policy, size=pool_size, backend=backend)
+        self.mode = "pool"
 
     # ------------------------------------------------------------------ state
     def info(self) -> dict:
@@ -162,10 +159,7 @@ class SandboxHost:
             if sb is None:
                 raise SessionError(f"no session {session} on this host (closed)", Reason.SESSION_CLOSED)
             return sb.Popen
-        if self._pool is not None:
-            return self._pool.Popen
-        from ..process import Popen
-        return lambda args, **kw: Popen(args, policy=self.policy, backend=self.backend, **kw)
+        return self._pool.Popen
 
     # ------------------------------------------------------------------ sessions
     def open_session(self) -> str:
