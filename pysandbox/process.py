@@ -22,6 +22,7 @@ from .backends import select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
+from .denials import Denials, Observer
 from .egress import Egress, apply_proxy_env, check_callback
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
@@ -194,11 +195,14 @@ class SandboxProcess(BackendPopen):
             apply_proxy_env(self._sandbox_env, self.proxy.port)
         else:
             check_callback(on_proxy_event)
+        self._observer = Observer(self.policy) if self.policy.report_denials else None
         try:
             super().__init__(argv, pass_fds=(), **kwargs)
         except BaseException:
             if self.proxy is not None:
                 self.proxy.close()
+            if self._observer is not None:
+                self._observer.finish()
             raise
 
     def _start_child(self, argv, stdin, stdout, stderr):
@@ -208,7 +212,8 @@ class SandboxProcess(BackendPopen):
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
                         close_in_setup=self._close_in_setup, pty_socket=self._pty[0], pty_stdio=self._pty[1],
                         pty_winsize=self._pty[2], cgroup_procs=cgroups.procs_files if cgroups else (),
-                        proxy_socket=None if self.proxy is None else self.proxy.their_fd)
+                        proxy_socket=None if self.proxy is None else self.proxy.their_fd,
+                        notify_socket=None if self._observer is None else self._observer.their_fd)
         try:
             child = self.backend.spawn(self.plan, launch)
         except BaseException:
@@ -217,18 +222,26 @@ class SandboxProcess(BackendPopen):
             raise
         if limits is not None:
             child = LimitedChild(child, limits, cgroups)
-        if self.proxy is not None:
-            try:
+        try:
+            if self._observer is not None:
+                self._observer.start()
+            if self.proxy is not None:
                 self.proxy.start()
-            except BaseException:
-                _end_child(child)
-                raise
+        except BaseException:
+            _end_child(child)
+            raise
         return child
 
     def _execute_child(self, *args):
         super()._execute_child(*args)
         if isinstance(self._child, LimitedChild):   # the wall-time deadline starts with the command
             self._child.start_deadline(lambda: self.send_signal(signal.SIGKILL))
+
+    @property
+    def denials(self) -> Denials | None:
+        """What the sandbox refused (``Policy(report_denials=True)``; pysandbox/denials.py),
+        complete once the command was reaped; None when the policy does not report."""
+        return None if self._observer is None else self._observer.denials
 
     @property
     def limit(self) -> str | None:
@@ -243,6 +256,8 @@ class SandboxProcess(BackendPopen):
         finally:
             if self.proxy is not None:
                 self.proxy.close()   # the sandbox is gone: so is its proxy
+            if self._observer is not None:
+                self._observer.finish()   # every process under its filter is gone too
 
     def forward_signal(self, sig) -> None:
         """Deliver ``sig`` to the sandboxed command through the backend, without reaping
@@ -391,6 +406,7 @@ def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill
             raise exc
     done = CompletedProcess(proc.args, retcode, stdout, stderr)
     done.limit = limit   # the resource limit that ended the command, or None (SandboxProcess.limit)
+    done.denials = getattr(proc, "denials", None)   # SandboxProcess.denials
     if getattr(proc, "proxy", None) is not None:
         done.proxy = proc.proxy   # network proxy mode: its counts and events
     return done
