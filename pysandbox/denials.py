@@ -112,8 +112,8 @@ def refused_calls(policy) -> dict:
 
 class Observer:
     """The launcher's side of one sandbox's notification listener (module docstring).
-    ``their_fd`` goes to the launch (``Launch.notify_socket``); :meth:`start` after the
-    spawn; :meth:`finish` once the command was reaped."""
+    ``their_fd`` goes to the launch (``Launch.notify_socket``); :meth:`begin` before the
+    spawn, :meth:`start` after it; :meth:`finish` once the command was reaped."""
 
     def __init__(self, policy):
         self._refused = refused_calls(policy)
@@ -130,37 +130,51 @@ class Observer:
     def their_fd(self) -> int:
         return self._theirs.fileno()
 
+    def begin(self) -> None:
+        """Before the spawn: the observer thread waits for the listener, so a call the
+        setup itself makes after loading the filter (the terminal's pty, native) is
+        answered while the launcher still waits for the command's exec."""
+        self._thread = threading.Thread(target=self._serve, name="pysandbox-denials", daemon=True)
+        self._thread.start()
+
     def start(self) -> None:
-        """Take the listener the setup sent (before the command's exec) and serve it.
+        """After the spawn (the setup sent the listener before the command's exec):
+        check the observer holds it.
 
         Raises:
             SetupError: no listener came (``setup_failed``, stage ``seccomp``); the caller
                 ends the sandbox.
         """
         self._theirs.close()   # ours only now: the setup closed its copy
-        try:
-            _, fds, _, _ = socket.recv_fds(self._ours, 1, 1, socket.MSG_DONTWAIT)
-        except OSError:
-            fds = []
-        finally:
-            self._ours.close()
-        if not fds:
+        if not self._take():
             raise SetupError("report_denials: the sandbox's setup sent no seccomp listener", Reason.SETUP_FAILED,
                              stage="seccomp")
-        self._listener = fds[0]
-        self._thread = threading.Thread(target=self._serve, name="pysandbox-denials", daemon=True)
-        self._thread.start()
+
+    def _take(self) -> bool:
+        """The listener, if it came (either thread; once)."""
+        with self._lock:
+            if self._listener < 0 and self._ours.fileno() >= 0:
+                try:
+                    _, fds, _, _ = socket.recv_fds(self._ours, 1, 1, socket.MSG_DONTWAIT)
+                except OSError:
+                    fds = []
+                if fds:
+                    self._listener = fds[0]
+                    self._ours.close()
+            return self._listener >= 0
 
     def finish(self, wait: float = 2.0) -> None:
         """The command is gone: wait (at most ``wait`` seconds) for the listener to hang up
         (every process under the filter exited), then stop. Idempotent."""
-        for sock in (self._ours, self._theirs):
-            sock.close()
+        self._theirs.close()
         if self._thread is not None:
-            self._thread.join(wait)
+            if self._listener >= 0:
+                self._thread.join(wait)
             self._stop = True
             self._thread.join()
             self._thread = None
+        with self._lock:
+            self._ours.close()
         if self._listener >= 0:
             os.close(self._listener)
             self._listener = -1
@@ -175,6 +189,10 @@ class Observer:
     # -- the observer thread ------------------------------------------------------
 
     def _serve(self) -> None:
+        while not self._take():
+            if self._stop:
+                return
+            select.select([self._ours], [], [], 0.2)
         poll = select.poll()
         poll.register(self._listener, select.POLLIN)
         while not self._stop:

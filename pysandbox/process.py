@@ -214,6 +214,8 @@ class SandboxProcess(BackendPopen):
                         pty_winsize=self._pty[2], cgroup_procs=cgroups.procs_files if cgroups else (),
                         proxy_socket=None if self.proxy is None else self.proxy.their_fd,
                         notify_socket=None if self._observer is None else self._observer.their_fd)
+        if self._observer is not None:
+            self._observer.begin()
         try:
             child = self.backend.spawn(self.plan, launch)
         except BaseException:

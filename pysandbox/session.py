@@ -280,6 +280,12 @@ class Sandbox:
             raise PolicyError("resource limits apply to one-shot launches (run, Popen), not to sessions or "
                               "pools: launch the command with the policy instead", Reason.CONFLICTING_OPTIONS,
                               "limits", field="limits")
+        if self.policy.report_denials:
+            # Not done yet: the session server loads the filters once, for every command;
+            # a per-command record needs the server to hand each command's listener over.
+            raise PolicyError("report_denials applies to one-shot launches (run, Popen, aio, the CLI), not to "
+                              "sessions or pools yet", Reason.CONFLICTING_OPTIONS, "report_denials",
+                              field="report_denials")
         if self.policy.network.mode == "proxy":
             raise NetworkModeUnsupported("network mode 'proxy' runs one-shot sandboxes (run, Popen, aio), not "
                                          "sessions or pools yet", Reason.NETWORK_MODE_UNSUPPORTED)
