@@ -1,0 +1,230 @@
+"""Denials reported on the command's result (pysandbox/denials.py, issue 32), on both
+backends: each kind recorded with the kernel's own refusal unchanged, the same operation
+allowed by the policy leaving no record (the control), and a hostile command that floods,
+races threads, changes a path between the call and the record, and outlives its observer.
+
+Connect attempts go only to 192.0.2.1 (TEST-NET-1) from a deny-mode sandbox whose
+namespace the probe first checks holds ``lo`` alone, so no packet can leave the machine.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+
+import pytest
+
+import pysandbox
+from pysandbox.denials import MAX_RECORDS, summary
+
+pytestmark = pytest.mark.requires("userns")
+
+PROBE = r'''
+import ctypes, errno, json, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def sysc(nr, *a):
+    r = libc.syscall(nr, *[ctypes.c_long(x) for x in a])
+    return 0 if r >= 0 else -ctypes.get_errno()
+def opn(path, flags=os.O_WRONLY | os.O_CREAT):
+    try:
+        os.close(os.open(path, flags, 0o644))
+        return 0
+    except OSError as e:
+        return -e.errno
+work = sys.argv[1]
+out = {"links": sorted(n for _i, n in socket.if_nameindex())}
+out["etc"] = opn("/etc/hosts", os.O_WRONLY | os.O_APPEND)
+try:
+    os.mkdir("/usr/psb-denial-probe"); out["mkdir"] = 0
+except OSError as e:
+    out["mkdir"] = -e.errno
+out["work"] = opn(os.path.join(work, "allowed.txt"))
+out["tmp"] = opn("/tmp/allowed.txt")
+out["rel"] = opn("relative-allowed.txt")
+out["keyctl"] = sysc(250, 0, 0, 0, 0)      # keyctl(KEYCTL_GET_KEYRING_ID)
+out["bpf"] = sysc(321, 0, 0, 0)            # bpf(BPF_MAP_CREATE, NULL, 0)
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+c = socket.socket(); out["loop"] = c.connect_ex(srv.getsockname()); c.close(); srv.close()
+if out["links"] == ["lo"]:                 # deny mode holds lo alone: nothing can leave
+    c = socket.socket(); out["off"] = c.connect_ex(("192.0.2.1", 9)); c.close()
+print(json.dumps(out))
+'''
+
+
+def _run(backend, tmp_path, script, *args, **policy):
+    policy.setdefault("report_denials", True)
+    pol = pysandbox.Policy.default(workdir=tmp_path, **policy)
+    done = pysandbox.run([sys.executable, "-I", "-c", script, str(tmp_path), *args], policy=pol, backend=backend,
+                         capture_output=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr.decode()
+    return json.loads(done.stdout.decode().splitlines()[-1]), done.denials
+
+
+def _by_kind(denials, kind):
+    return {d.target: d for d in denials if d.kind == kind}
+
+
+def test_each_kind_recorded_and_allowed_operations_leave_none(backend, tmp_path):
+    out, denials = _run(backend, tmp_path, PROBE)
+    assert out["links"] == ["lo"]
+    # the kernel's refusals, unchanged by the observer
+    assert out["etc"] == out["mkdir"] == -errno.EROFS
+    assert out["keyctl"] == out["bpf"] == -errno.EPERM
+    assert out["off"] == errno.ENETUNREACH
+    # the allowed operations of the same kinds succeeded (the controls) ...
+    assert out["work"] == out["tmp"] == out["rel"] == out["loop"] == 0
+    assert (tmp_path / "allowed.txt").exists() and (tmp_path / "relative-allowed.txt").exists()
+    # ... and left no record; each refusal has one
+    writes = _by_kind(denials, "write")
+    assert set(writes) == {"/etc/hosts", "/usr/psb-denial-probe"}, denials
+    assert all(d.errno == errno.EROFS and d.pid > 0 for d in writes.values())
+    assert set(_by_kind(denials, "syscall")) == {"keyctl", "bpf"}
+    assert _by_kind(denials, "syscall")["keyctl"].errno == errno.EPERM
+    assert set(_by_kind(denials, "connect")) == {"192.0.2.1:9"}
+    assert denials.cut == 0
+    assert "write /etc/hosts (EROFS)" in summary(denials)
+
+
+def test_off_by_default_with_the_same_refusals(backend, tmp_path):
+    out, denials = _run(backend, tmp_path, PROBE, report_denials=False)
+    assert denials is None
+    assert out["etc"] == out["mkdir"] == -errno.EROFS and out["keyctl"] == out["bpf"] == -errno.EPERM
+    assert out["off"] == errno.ENETUNREACH and out["work"] == 0
+
+
+def test_an_opted_in_call_is_not_a_denial(backend, tmp_path):
+    out, denials = _run(backend, tmp_path, PROBE, allow_syscalls={"bpf"})
+    assert out["keyctl"] == -errno.EPERM   # the kernel's answer to bpf is the host's affair
+    assert "bpf" not in _by_kind(denials, "syscall") and "keyctl" in _by_kind(denials, "syscall")
+
+
+FLOOD = r'''
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+work, n = sys.argv[1], int(sys.argv[2])
+refused = 0
+for i in range(n):
+    for path in ("/etc/psb-flood-%d" % i, "/etc/hosts"):
+        try:
+            os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError as e:
+            refused += e.errno == 30
+    refused += libc.syscall(250, 0, 0, 0, 0) < 0
+with open(os.path.join(work, "after-flood.txt"), "w") as f:
+    f.write("ok")
+print(json.dumps({"refused": refused}))
+'''
+
+
+def test_a_flood_is_counted_and_bounded(backend, tmp_path):
+    n = 3 * MAX_RECORDS
+    out, denials = _run(backend, tmp_path, FLOOD, str(n))
+    assert out["refused"] == 3 * n   # every call refused by the kernel, none stalled
+    assert (tmp_path / "after-flood.txt").read_text() == "ok"   # the command went on (control)
+    assert len(denials) == MAX_RECORDS and denials.cut > 0
+    counted = {d.target: d.count for d in denials}
+    assert counted["/etc/hosts"] == n and counted["keyctl"] == n
+    assert "more not listed" in summary(denials)
+
+
+RACE = r'''
+import ctypes, json, os, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+work = sys.argv[1]
+# one buffer, its path flipped by a thread between the call and the observer's read
+inside = os.path.join(work, "x" * 8).encode()
+outside = ("/etc/" + "y" * (len(inside) - 5)).encode()
+buf = ctypes.create_string_buffer(outside, len(inside) + 1)
+stop = False
+def flip():
+    while not stop:
+        ctypes.memmove(buf, inside, len(inside)); ctypes.memmove(buf, outside, len(outside))
+res = {"created_outside": 0, "keyctl_ok": 0, "opened": 0, "erofs": 0}
+def attack():
+    for _ in range(300):
+        fd = libc.open(buf, os.O_WRONLY | os.O_CREAT, 0o644)
+        if fd >= 0:
+            res["opened"] += 1; libc.close(fd)
+        elif ctypes.get_errno() == 30:
+            res["erofs"] += 1
+        if libc.syscall(250, 0, 0, 0, 0) >= 0:
+            res["keyctl_ok"] += 1
+flipper = threading.Thread(target=flip); flipper.start()
+threads = [threading.Thread(target=attack) for _ in range(6)]
+[t.start() for t in threads]; [t.join() for t in threads]
+stop = True; flipper.join()
+res["created_outside"] = int(os.path.exists(outside))
+print(json.dumps(res))
+'''
+
+
+def test_racing_threads_and_a_changing_path_never_change_a_decision(backend, tmp_path):
+    out, denials = _run(backend, tmp_path, RACE)
+    assert out["keyctl_ok"] == 0 and out["created_outside"] == 0
+    assert out["opened"] + out["erofs"] == 6 * 300
+    # records name one of the two strings (or none): wrong records are possible, a
+    # record of the workdir path means the kernel refused nothing there
+    inside = str(tmp_path / ("x" * 8))
+    for d in _by_kind(denials, "write").values():
+        assert d.target.startswith("/etc/") or d.target == inside
+    assert _by_kind(denials, "syscall")["keyctl"].count == 6 * 300
+
+
+DEATH = r'''
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+work = sys.argv[1]
+def probe(tag):
+    k = libc.syscall(250, 0, 0, 0, 0); ke = ctypes.get_errno()
+    fd = libc.open(os.path.join(work, tag).encode(), os.O_WRONLY | os.O_CREAT, 0o644); we = ctypes.get_errno()
+    if fd >= 0:
+        libc.close(fd)
+    return {"keyctl": 0 if k >= 0 else ke, "write": 0 if fd >= 0 else we}
+before = probe("before")
+print("ready", flush=True)
+sys.stdin.readline()
+print(json.dumps({"before": before, "after": probe("after")}), flush=True)
+'''
+
+
+def test_without_its_observer_the_command_continues_and_stays_refused(backend, tmp_path):
+    pol = pysandbox.Policy.default(workdir=tmp_path, report_denials=True)
+    with pysandbox.Popen([sys.executable, "-I", "-c", DEATH, str(tmp_path)], policy=pol, backend=backend,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout.readline().strip() == "ready"
+        proc._observer._stop = True   # the observer dies: its thread ends, the listener closes
+        proc._observer._thread.join()
+        proc._observer.finish()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        res = json.loads(proc.stdout.readline())
+        assert proc.wait(timeout=60) == 0
+    # live control: with the observer, keyctl EPERM and the allowed write done
+    assert res["before"] == {"keyctl": errno.EPERM, "write": 0}
+    # without it the kernel answers ENOSYS: the refused call stays refused, and the
+    # observed write fails closed instead of hanging
+    assert res["after"] == {"keyctl": errno.ENOSYS, "write": errno.ENOSYS}
+    assert not (tmp_path / "after").exists()
+
+
+def test_cli_prints_the_summary_line_only_with_the_option(backend, tmp_path):
+    cmd = [sys.executable, "-m", "pysandbox", "run", "--backend", backend, "--workdir", str(tmp_path)]
+    script = ["--", "sh", "-c", "touch /etc/psb-cli-denial ok-file; exit 3"]
+    done = subprocess.run(cmd + ["--report-denials"] + script, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 3
+    assert "pysandbox: denied: write /etc/psb-cli-denial (EROFS)" in done.stderr
+    assert "ok-file" not in done.stderr.split("pysandbox: denied:")[-1]
+    plain = subprocess.run(cmd + script, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert plain.returncode == 3 and "pysandbox: denied" not in plain.stderr
+
+
+def test_asyncio_run_carries_the_denials(backend, tmp_path):
+    import asyncio
+    from pysandbox import aio
+    pol = pysandbox.Policy.default(workdir=tmp_path, report_denials=True)
+    done = asyncio.run(aio.run(["sh", "-c", "touch /etc/psb-aio-denial; touch ok"], policy=pol, backend=backend,
+                               capture_output=True, timeout=120))
+    assert [d.target for d in done.denials] == ["/etc/psb-aio-denial"]
