@@ -70,7 +70,7 @@ def test_summary_line():
 
 
 def test_address_parser_skips_loopback_and_unix():
-    from pysandbox.denials import _address   # noqa: the parser alone
+    from pysandbox.denials import _address   # the parser alone
     v4 = struct.pack("=H", socket.AF_INET) + struct.pack("!H", 9) + socket.inet_aton("192.0.2.1") + bytes(8)
     lo = struct.pack("=H", socket.AF_INET) + struct.pack("!H", 9) + socket.inet_aton("127.0.0.5") + bytes(8)
     v6 = (struct.pack("=H", socket.AF_INET6) + struct.pack("!H", 80) + bytes(4)
