@@ -67,7 +67,10 @@ KIND_ERRNO = {"write": _errno.EROFS, "connect": _errno.ENETUNREACH}
 class Denial:
     """One refused target: ``kind`` (``write``, ``connect``, ``syscall``), ``target`` (the
     path as the command named it, ``address:port``, or the call's name), ``errno`` (the
-    refusal's errno), ``pid`` (host pid of the first process refused) and ``count``."""
+    sandbox's refusal: EROFS for a write, a read-only mount; ENETUNREACH for a connect;
+    the filter's errno for a call; a write may have failed earlier with the host's own
+    permission check, EACCES for an unprivileged caller's root-owned file), ``pid`` (host
+    pid of the first process refused) and ``count``."""
     kind: str
     target: str
     errno: int
