@@ -40,32 +40,36 @@ def _openat2(dirfd: int, path: bytes) -> int:
     return fd
 
 
-def read_only_target(pid: int, dirfd: int, path: bytes) -> bool:
-    """Whether ``path`` (as process ``pid`` named it, relative to its ``dirfd``) lies on a
+def base_fd(pid: int, dirfd: int, path: bytes) -> int:
+    """An ``O_PATH`` descriptor of where ``path`` starts in process ``pid``'s view: its
+    root, its working directory or its ``dirfd``. Taken before the call is answered, so
+    the record survives the process's exit right after it.
+
+    Raises:
+        OSError: the process or its descriptor is gone.
+    """
+    base = "root" if path.startswith(b"/") else "cwd" if dirfd == -100 else f"fd/{dirfd}"
+    return os.open(f"/proc/{pid}/{base}", O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
+
+
+def read_only_target(start: int, path: bytes) -> bool:
+    """Whether ``path`` (as a process named it, from ``start``, a :func:`base_fd`) lies on a
     read-only mount of its view and is a file, directory or symlink there (or missing,
     under such a directory). False when unsure."""
-    base = "root" if path.startswith(b"/") else "cwd" if dirfd == -100 else f"fd/{dirfd}"
-    try:
-        start = os.open(f"/proc/{pid}/{base}", O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
-    except OSError:
-        return False
-    try:
-        rel = path.lstrip(b"/") or b"."
-        for _ in range(MAX_UP):
-            try:
-                fd = _openat2(start, rel)
-            except OSError as exc:
-                if exc.errno != errno.ENOENT or rel in (b".", b""):
-                    return False
-                rel = os.path.dirname(rel.rstrip(b"/")) or b"."
-                continue
-            try:
-                mode = os.fstat(fd).st_mode
-                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                    return False
-                return bool(os.fstatvfs(fd).f_flag & ST_RDONLY)
-            finally:
-                os.close(fd)
-        return False
-    finally:
-        os.close(start)
+    rel = path.lstrip(b"/") or b"."
+    for _ in range(MAX_UP):
+        try:
+            fd = _openat2(start, rel)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT or rel in (b".", b""):
+                return False
+            rel = os.path.dirname(rel.rstrip(b"/")) or b"."
+            continue
+        try:
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                return False
+            return bool(os.fstatvfs(fd).f_flag & ST_RDONLY)
+        finally:
+            os.close(fd)
+    return False

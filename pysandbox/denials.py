@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from . import denial_calls as _calls
 from . import seccomp as _seccomp
-from .denial_paths import read_only_target
+from .denial_paths import base_fd, read_only_target
 from .errors import Reason, SetupError
 
 MAX_RECORDS = 256
@@ -220,10 +220,13 @@ class Observer:
         if arch != _seccomp.AUDIT_ARCH_X86_64 or (nr not in _calls.BY_NR and nr != _calls.CONNECT_NR):
             self._reply(nid, _errno.EPERM)   # never selected by our filter: refuse
             return
+        seen = None
         try:
             seen = self._read(pid, nr, args)
             fcntl.ioctl(self._listener, NOTIF_ID_VALID, struct.pack("=Q", nid))
         except OSError:
+            if nr != _calls.CONNECT_NR and seen:
+                _close_bases(seen)
             seen = None   # gone, or memory we cannot read: no record
         finally:
             self._reply(nid, 0)   # the kernel decides
@@ -239,10 +242,16 @@ class Observer:
         try:
             if nr == _calls.CONNECT_NR:
                 return os.pread(fd, min(args[2] & 0xFFFFFFFF, 128), args[1]) if args[1] else None
-            paths = []
-            for dirfd_arg, path_arg in _calls.BY_NR[nr][1]:
-                dirfd = _calls.AT_FDCWD if dirfd_arg is None else _signed(args[dirfd_arg])
-                paths.append((dirfd, _cstring(fd, args[path_arg])))
+            paths = []   # (where the path starts, an O_PATH descriptor; the path)
+            try:
+                for dirfd_arg, path_arg in _calls.BY_NR[nr][1]:
+                    dirfd = _calls.AT_FDCWD if dirfd_arg is None else _signed(args[dirfd_arg])
+                    path = _cstring(fd, args[path_arg])
+                    if path:
+                        paths.append((base_fd(pid, dirfd, path), path))
+            except OSError:
+                _close_bases(paths)
+                raise
             return paths
         finally:
             os.close(fd)
@@ -253,10 +262,13 @@ class Observer:
             if target is not None and self._connect:
                 self._record("connect", target, KIND_ERRNO["connect"], pid)
             return
-        for dirfd, path in seen:
-            if path and read_only_target(pid, dirfd, path):
-                self._record("write", os.fsdecode(path), KIND_ERRNO["write"], pid)
-                return
+        try:
+            for start, path in seen:
+                if read_only_target(start, path):
+                    self._record("write", os.fsdecode(path), KIND_ERRNO["write"], pid)
+                    return
+        finally:
+            _close_bases(seen)
 
     def _record(self, kind: str, target: str, err: int, pid: int) -> None:
         key = (kind, target)
@@ -268,6 +280,11 @@ class Observer:
                 self._records[key] = Denial(kind, target, err, pid)
             else:
                 self._cut += 1
+
+
+def _close_bases(paths) -> None:
+    for start, _path in paths:
+        os.close(start)
 
 
 def _signed(value: int) -> int:
