@@ -255,7 +255,8 @@ class Sandbox:
 
     Raises (from the constructor):
         PolicyError: invalid policy; a policy without a pid namespace; a policy with
-            ``limits`` (``conflicting_options``: resource limits are per one-shot launch).
+            ``limits`` (``conflicting_options``: resource limits are per one-shot launch);
+            ``report_denials`` (``conflicting_options``: one-shot launches only, for now).
         NetworkModeUnsupported (network_mode_unsupported): network ``proxy``, one-shot
             only (run/Popen/aio) for now: a session's commands would need the proxy
             variables and its events per command (docs/ARCHITECTURE.md).

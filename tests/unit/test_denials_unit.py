@@ -87,7 +87,9 @@ def test_policy_switch_and_sessions_refuse_it():
     with pytest.raises(PolicyError) as exc:
         Policy.default(report_denials="yes")
     assert exc.value.reason == Reason.INVALID_VALUE
+    from pysandbox.pool import Pool
     from pysandbox.session import Sandbox
-    with pytest.raises(PolicyError) as exc:
-        Sandbox(policy=Policy.default(report_denials=True))
-    assert exc.value.reason == Reason.CONFLICTING_OPTIONS
+    for make in (Sandbox, Pool):   # not done yet for them: refused, never silently unreported
+        with pytest.raises(PolicyError) as exc:
+            make(policy=Policy.default(report_denials=True))
+        assert exc.value.reason == Reason.CONFLICTING_OPTIONS
