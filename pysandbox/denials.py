@@ -157,10 +157,16 @@ class Observer:
         """The listener, if it came (either thread; once)."""
         with self._lock:
             if self._listener < 0 and self._ours.fileno() >= 0:
+                # close-on-exec at once: no other child of the launcher may ever hold it
+                # (it could answer CONTINUE to the filter's refusals). recvmsg, not
+                # socket.recv_fds: that one drops its flags argument (CPython 3.11).
                 try:
-                    _, fds, _, _ = socket.recv_fds(self._ours, 1, 1, socket.MSG_DONTWAIT)
+                    _, anc, _, _ = self._ours.recvmsg(1, socket.CMSG_LEN(4),
+                                                      socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
                 except OSError:
-                    fds = []
+                    anc = []
+                fds = [struct.unpack_from("=i", data)[0] for level, kind, data in anc
+                       if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS and len(data) >= 4]
                 if fds:
                     self._listener = fds[0]
                     self._ours.close()
@@ -177,10 +183,10 @@ class Observer:
             self._thread.join()
             self._thread = None
         with self._lock:
+            if self._listener >= 0:
+                os.close(self._listener)
+                self._listener = -1
             self._ours.close()
-        if self._listener >= 0:
-            os.close(self._listener)
-            self._listener = -1
 
     @property
     def denials(self) -> Denials:
@@ -196,17 +202,25 @@ class Observer:
             if self._stop:
                 return
             select.select([self._ours], [], [], 0.2)
-        poll = select.poll()
-        poll.register(self._listener, select.POLLIN)
-        while not self._stop:
-            events = poll.poll(200)
-            if any(ev & (select.POLLHUP | select.POLLERR) for _, ev in events):
-                return   # no process left under the filter
-            if events:
-                try:
-                    self._one()
-                except OSError:
-                    pass   # ENOENT: the caller died meanwhile; the kernel already answered it
+        try:
+            poll = select.poll()
+            poll.register(self._listener, select.POLLIN)
+            while not self._stop:
+                events = poll.poll(200)
+                if any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in events):
+                    return   # no process left under the filter
+                if events:
+                    try:
+                        self._one()
+                    except OSError:
+                        pass   # ENOENT: the caller died meanwhile; the kernel already answered it
+        finally:
+            # however the thread ends (an error of ours included), the listener closes:
+            # the kernel then answers ENOSYS, no call waits for an observer that is gone
+            with self._lock:
+                if self._listener >= 0:
+                    os.close(self._listener)
+                    self._listener = -1
 
     def _one(self) -> None:
         buf = bytearray(NOTIF.size)   # zeroed, as the kernel requires
@@ -224,14 +238,17 @@ class Observer:
         try:
             seen = self._read(pid, nr, args)
             fcntl.ioctl(self._listener, NOTIF_ID_VALID, struct.pack("=Q", nid))
-        except OSError:
+        except Exception:   # noqa: BLE001 - whatever the command's memory held: no record
             if nr != _calls.CONNECT_NR and seen:
                 _close_bases(seen)
             seen = None   # gone, or memory we cannot read: no record
         finally:
             self._reply(nid, 0)   # the kernel decides
         if seen is not None:
-            self._classify(pid, nr, seen)
+            try:
+                self._classify(pid, nr, seen)
+            except Exception:   # noqa: BLE001 - a record is best effort, the answer was given
+                pass
 
     def _reply(self, nid: int, err: int) -> None:
         resp = RESP.pack(nid, 0, -err, 0 if err else FLAG_CONTINUE)

@@ -198,6 +198,9 @@ def test_without_its_observer_the_command_continues_and_stays_refused(backend, t
     with pysandbox.Popen([sys.executable, "-I", "-c", DEATH, str(tmp_path)], policy=pol, backend=backend,
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout.readline().strip() == "ready"
+        import fcntl
+        # the listener the launcher holds is close-on-exec: no other child of it inherits one
+        assert fcntl.fcntl(proc._observer._listener, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
         proc._observer._stop = True   # the observer dies: its thread ends, the listener closes
         proc._observer._thread.join()
         proc._observer.finish()
@@ -244,3 +247,23 @@ def test_a_refusal_right_before_the_exit_is_recorded(backend, tmp_path):
                              capture_output=True)
         assert done.returncode == 1
         assert [(d.kind, d.target, d.count) for d in done.denials] == [("write", "/etc/psb-last", 2)]
+
+
+def test_an_observer_that_fails_never_leaves_a_call_waiting(backend, tmp_path, monkeypatch):
+    # a bug of ours in the observer thread: it ends, the listener closes with it, the
+    # kernel answers ENOSYS (refused) instead of the call waiting for ever
+    import threading
+    from pysandbox import denials as D
+
+    def broken(self):
+        raise RuntimeError("an observer bug")
+    monkeypatch.setattr(D.Observer, "_one", broken)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)
+    pol = pysandbox.Policy.default(workdir=tmp_path, report_denials=True)
+    script = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "r = libc.syscall(250, 0, 0, 0, 0)\nprint(ctypes.get_errno() if r < 0 else 0)")
+    done = pysandbox.run([sys.executable, "-I", "-c", script], policy=pol, backend=backend, capture_output=True,
+                         timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert int(done.stdout.decode().split()[-1]) == errno.ENOSYS
+    assert list(done.denials) == []
