@@ -118,14 +118,17 @@ class Observer:
     ``their_fd`` goes to the launch (``Launch.notify_socket``); :meth:`begin` before the
     spawn, :meth:`start` after it; :meth:`finish` once the command was reaped."""
 
-    def __init__(self, policy):
+    def __init__(self, policy, by_session: bool = False):
+        self._by_session = by_session   # a session's server: records keyed by the caller's session id
+        self._begun = self._handled = 0
+        self._settled = threading.Condition()
         self._refused = refused_calls(policy)
         self._connect = policy.network.mode != "allow"
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener = -1
-        self._records: dict = {}
+        self._records: dict = {}   # (session id or None, kind, target) -> Denial
         self._lock = threading.Lock()
-        self._cut = 0
+        self._cuts: dict = {}      # session id or None -> distinct targets dropped
         self._stop = False
         self._thread = None
 
@@ -190,9 +193,24 @@ class Observer:
 
     @property
     def denials(self) -> Denials:
+        """Every record so far (a session's: of all its commands)."""
         with self._lock:
             out = Denials(self._records.values())
-            out.cut = self._cut
+            out.cut = sum(self._cuts.values())
+        return out
+
+    def take(self, sid: int) -> Denials:
+        """A session's command ended (its processes are gone): the records of the processes
+        in its session (``sid``, the command's pid in the sandbox), removed from here. The
+        notifications those processes made were all received before they died; this waits
+        until the observer has handled each one it received so far."""
+        with self._settled:
+            target = self._begun
+            self._settled.wait_for(lambda: self._handled >= target or self._thread is None, 5.0)
+        with self._lock:
+            keys = [k for k in self._records if k[0] == sid]
+            out = Denials(self._records.pop(k) for k in keys)
+            out.cut = self._cuts.pop(sid, 0)
         return out
 
     # -- the observer thread ------------------------------------------------------
@@ -225,11 +243,21 @@ class Observer:
     def _one(self) -> None:
         buf = bytearray(NOTIF.size)   # zeroed, as the kernel requires
         fcntl.ioctl(self._listener, NOTIF_RECV, buf, True)
-        nid, pid, _flags, nr, arch, _ip, *args = NOTIF.unpack(buf)
+        with self._settled:
+            self._begun += 1
+        try:
+            self._answer(*NOTIF.unpack(buf))
+        finally:
+            with self._settled:
+                self._handled += 1
+                self._settled.notify_all()
+
+    def _answer(self, nid, pid, _flags, nr, arch, _ip, *args) -> None:
+        sid = _session_of(pid) if self._by_session else None   # before the answer: it may exit after
         refused = self._refused.get((arch, nr))
         if refused is not None:
             self._reply(nid, refused[1])
-            self._record("syscall", refused[0], refused[1], pid)
+            self._record("syscall", refused[0], refused[1], pid, sid)
             return
         if arch != _seccomp.AUDIT_ARCH_X86_64 or (nr not in _calls.BY_NR and nr != _calls.CONNECT_NR):
             self._reply(nid, _errno.EPERM)   # never selected by our filter: refuse
@@ -246,7 +274,7 @@ class Observer:
             self._reply(nid, 0)   # the kernel decides
         if seen is not None:
             try:
-                self._classify(pid, nr, seen)
+                self._classify(pid, nr, seen, sid)
             except Exception:   # noqa: BLE001 - a record is best effort, the answer was given
                 pass
 
@@ -273,22 +301,22 @@ class Observer:
         finally:
             os.close(fd)
 
-    def _classify(self, pid: int, nr: int, seen) -> None:
+    def _classify(self, pid: int, nr: int, seen, sid) -> None:
         if nr == _calls.CONNECT_NR:
             target = _address(seen)
             if target is not None and self._connect:
-                self._record("connect", target, KIND_ERRNO["connect"], pid)
+                self._record("connect", target, KIND_ERRNO["connect"], pid, sid)
             return
         try:
             for start, path in seen:
                 if read_only_target(start, path):
-                    self._record("write", os.fsdecode(path), KIND_ERRNO["write"], pid)
+                    self._record("write", os.fsdecode(path), KIND_ERRNO["write"], pid, sid)
                     return
         finally:
             _close_bases(seen)
 
-    def _record(self, kind: str, target: str, err: int, pid: int) -> None:
-        key = (kind, target)
+    def _record(self, kind: str, target: str, err: int, pid: int, sid=None) -> None:
+        key = (sid, kind, target)
         with self._lock:
             old = self._records.get(key)
             if old is not None:
@@ -296,7 +324,20 @@ class Observer:
             elif len(self._records) < MAX_RECORDS:
                 self._records[key] = Denial(kind, target, err, pid)
             else:
-                self._cut += 1
+                self._cuts[sid] = self._cuts.get(sid, 0) + 1
+
+
+def _session_of(pid: int):
+    """The session id of host process ``pid`` as its innermost pid namespace numbers it
+    (``NSsid``: a session's command is its session's leader), or None."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSsid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _close_bases(paths) -> None:

@@ -147,7 +147,7 @@ class SandboxProcess(BackendPopen):
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
                  env=None, pass_fds=(), on_start=None, cwd=None,
                  close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None,
-                 on_proxy_event=None, _proxy_resolver=None, **kwargs):
+                 on_proxy_event=None, _proxy_resolver=None, denials_by_session: bool = False, **kwargs):
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session"):
             if kwargs.get(bad) not in (None, False):
@@ -195,7 +195,8 @@ class SandboxProcess(BackendPopen):
             apply_proxy_env(self._sandbox_env, self.proxy.port)
         else:
             check_callback(on_proxy_event)
-        self._observer = Observer(self.policy) if self.policy.report_denials else None
+        # denials_by_session: a session's server (session.py): records per command's session
+        self._observer = Observer(self.policy, denials_by_session) if self.policy.report_denials else None
         try:
             super().__init__(argv, pass_fds=(), **kwargs)
         except BaseException:
@@ -238,6 +239,11 @@ class SandboxProcess(BackendPopen):
         super()._execute_child(*args)
         if isinstance(self._child, LimitedChild):   # the wall-time deadline starts with the command
             self._child.start_deadline(lambda: self.send_signal(signal.SIGKILL))
+
+    @property
+    def observer(self) -> Observer | None:
+        """The denial observer of this sandbox (``report_denials``), or None."""
+        return self._observer
 
     @property
     def denials(self) -> Denials | None:

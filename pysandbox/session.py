@@ -249,6 +249,18 @@ class SessionProcess(RemotePopen):
     def backend_name(self) -> str:
         return self.session.backend_name
 
+    @property
+    def denials(self):
+        """What the sandbox refused this command (``report_denials``; pysandbox/denials.py):
+        the processes of its session (a descendant that made a session of its own is
+        counted in :attr:`Sandbox.denials` instead), once it exited; else None."""
+        observer = self.session.observer
+        if observer is None or self.returncode is None or self.pid is None:
+            return None
+        if getattr(self, "_denials", None) is None:
+            self._denials = observer.take(self.pid)
+        return self._denials
+
 
 class Sandbox:
     """A live sandbox that runs many commands; see the module's docstring.
@@ -256,7 +268,7 @@ class Sandbox:
     Raises (from the constructor):
         PolicyError: invalid policy; a policy without a pid namespace; a policy with
             ``limits`` (``conflicting_options``: resource limits are per one-shot launch);
-            ``report_denials`` (``conflicting_options``: one-shot launches only, for now).
+            (``report_denials`` is per command: ``result.denials``, pysandbox/denials.py).
         NetworkModeUnsupported (network_mode_unsupported): network ``proxy``, one-shot
             only (run/Popen/aio) for now: a session's commands would need the proxy
             variables and its events per command (docs/ARCHITECTURE.md).
@@ -281,12 +293,6 @@ class Sandbox:
             raise PolicyError("resource limits apply to one-shot launches (run, Popen), not to sessions or "
                               "pools: launch the command with the policy instead", Reason.CONFLICTING_OPTIONS,
                               "limits", field="limits")
-        if self.policy.report_denials:
-            # Not done yet: the session server loads the filters once, for every command;
-            # a per-command record needs the server to hand each command's listener over.
-            raise PolicyError("report_denials applies to one-shot launches (run, Popen, aio, the CLI), not to "
-                              "sessions or pools yet", Reason.CONFLICTING_OPTIONS, "report_denials",
-                              field="report_denials")
         if self.policy.network.mode == "proxy":
             raise NetworkModeUnsupported("network mode 'proxy' runs one-shot sandboxes (run, Popen, aio), not "
                                          "sessions or pools yet", Reason.NETWORK_MODE_UNSUPPORTED)
@@ -313,7 +319,7 @@ class Sandbox:
             # of Plan.command_may_mount read off the policy; none: no -L.
             ll = landlock.kind(P.command_may_mount(launch.allow_nested_userns, launch.caps_keep))
             server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-L", str(ll)] if ll else [])
-            self._server = SandboxProcess(server,
+            self._server = SandboxProcess(server, denials_by_session=True,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         except BaseException:
@@ -344,6 +350,18 @@ class Sandbox:
         if data is not None:
             self._env_cache = (dict(data), dict(applied))
         return applied
+
+    @property
+    def observer(self):
+        """The denial observer of the whole session (``report_denials``), or None."""
+        return None if self._server is None else self._server.observer
+
+    @property
+    def denials(self):
+        """``report_denials``: what the sandbox refused that no command's result took (a
+        process that made a session of its own, the server); None without the option."""
+        observer = self.observer
+        return None if observer is None else observer.denials
 
     def sandbox_path(self, cwd) -> str:
         """``cwd`` as an absolute path inside the sandbox (relative: to the policy's
