@@ -31,7 +31,14 @@ Bounded: at most :data:`MAX_RECORDS` distinct ``(kind, target)`` records, each c
 read is at most 4096 bytes, an address 128. Not observed: the i386 ABI's writes and
 connects, ``sendto``/``sendmsg`` with an address, ``openat2`` (refused with ENOSYS by the
 filter), refusals of the filter's argument rules (ioctl, set-id modes, socket families),
-denials by Landlock or by permissions, and sessions.
+denials by Landlock or by permissions.
+
+Sessions and pools (:mod:`pysandbox.session`): the server's sandbox has the observer, and
+every command inherits its filter; a record is keyed by the caller's session id in the
+sandbox (``NSsid``, read before the answer; a session's command leads its own session),
+and a command's result takes its records once it exited (:meth:`Observer.take`). A
+descendant that makes a session of its own is counted on the session
+(``Sandbox.denials``), not on the command.
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ class Pool:
     ``stats()``: staged, used, failed refills, and the mean seconds to stage one.
 
     Raises (from the constructor):
-        PolicyError: a bad ``size``; ``report_denials`` (``conflicting_options``: one-shot
-            launches only, for now).
+        PolicyError: a bad ``size``.
 
     Raises (from run/Popen):
         SessionError (session_closed): the pool is closed.
@@ -45,10 +44,6 @@ class Pool:
         if not isinstance(size, int) or isinstance(size, bool) or not 1 <= size <= 64:
             raise PolicyError("size must be an int from 1 to 64", Reason.INVALID_VALUE, size)
         self.policy = policy if policy is not None else Policy.default()
-        if self.policy.report_denials:   # as Sandbox refuses it, before any staging thread
-            raise PolicyError("report_denials applies to one-shot launches (run, Popen, aio, the CLI), not to "
-                              "sessions or pools yet", Reason.CONFLICTING_OPTIONS, "report_denials",
-                              field="report_denials")
         self._caller_start = policy is None   # with no policy, commands start where the caller is (session.py)
         self.backend = backend
         self.size = size

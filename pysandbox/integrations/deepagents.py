@@ -47,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pysandbox.integrations.deepagents needs Deep Agents: "
                       "pip install 'pysandbox[deepagents]'") from exc
 
+from ..denials import summary
 from ..lifecycle import exit_status
 from . import deepagents_conventions as conventions
 from . import deepagents_python as interpreter
@@ -243,7 +244,9 @@ class PysandboxSandbox(BaseSandbox):
         decoded as UTF-8 (undecodable bytes replaced), stdin empty. A command killed by
         signal N reports 128+N. After ``timeout`` seconds (None: ``default_timeout``;
         0: none) the command and its descendants are ended, and the response says so,
-        with exit code 124 and the output so far.
+        with exit code 124 and the output so far. With ``Policy(report_denials=True)``, a
+        command that failed and was refused something ends its output with the summary line
+        (``pysandbox: denied: write /etc/hosts (EROFS); ...``, pysandbox/denials.py).
 
         Raises:
             SessionError: the sandbox is closed or was lost.
@@ -261,8 +264,11 @@ class PysandboxSandbox(BaseSandbox):
                     "For long-running commands, re-run with a larger timeout.")
             return ExecuteResponse(output=f"{so_far}\n{note}" if so_far else note,
                                    exit_code=TIMEOUT_EXIT_CODE, truncated=False)
-        return ExecuteResponse(output=_decode(done.stdout), exit_code=exit_status(done.returncode),
-                               truncated=False)
+        output = _decode(done.stdout)
+        line = summary(getattr(done, "denials", None) or ()) if done.returncode else ""
+        if line:   # report_denials: the model sees what the sandbox refused, not only that it failed
+            output = f"{output}\n{line}" if output and not output.endswith("\n") else output + line
+        return ExecuteResponse(output=output, exit_code=exit_status(done.returncode), truncated=False)
 
     @property
     def python(self) -> str:

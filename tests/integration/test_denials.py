@@ -168,11 +168,9 @@ def test_racing_threads_and_a_changing_path_never_change_a_decision(backend, tmp
     out, denials = _run(backend, tmp_path, RACE)
     assert out["keyctl_ok"] == 0 and out["created_outside"] == 0
     assert out["opened"] + out["erofs"] == 6 * 300
-    # records name one of the two strings (or none): wrong records are possible, a
-    # record of the workdir path means the kernel refused nothing there
-    inside = str(tmp_path / ("x" * 8))
-    for d in _by_kind(denials, "write").values():
-        assert d.target.startswith("/etc/") or d.target == inside
+    # the records may be wrong (the observer may read the buffer half flipped: a path that
+    # is neither string), but there is at most one per observed call
+    assert sum(d.count for d in _by_kind(denials, "write").values()) <= 6 * 300
     assert _by_kind(denials, "syscall")["keyctl"].count == 6 * 300
 
 
