@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import sys
 
-from .denials import summary
-
 
 def add_arguments(parser) -> None:
     parser.add_argument("--strict-unix", action="store_true",
@@ -36,7 +34,11 @@ def merge(kw: dict, args) -> None:
 
 def report(*procs) -> None:
     """The denials' summary line on stderr for each finished sandbox that refused anything."""
-    for proc in procs:
-        line = summary(getattr(proc, "denials", None) or ())
+    denials = [getattr(proc, "denials", None) for proc in procs]
+    if not any(denials):
+        return
+    from .denials import summary   # only when there is something to say
+    for found in denials:
+        line = summary(found or ())
         if line:
             print(line, file=sys.stderr, flush=True)

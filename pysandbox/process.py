@@ -22,7 +22,6 @@ from .backends import select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
-from .denials import Denials, Observer
 from .egress import Egress, apply_proxy_env, check_callback
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
@@ -196,7 +195,10 @@ class SandboxProcess(BackendPopen):
         else:
             check_callback(on_proxy_event)
         # denials_by_session: a session's server (session.py): records per command's session
-        self._observer = Observer(self.policy, denials_by_session) if self.policy.report_denials else None
+        self._observer = None
+        if self.policy.report_denials:   # imported here: a launch without it does not pay for it
+            from .denials import Observer
+            self._observer = Observer(self.policy, denials_by_session)
         try:
             super().__init__(argv, pass_fds=(), **kwargs)
         except BaseException:
@@ -241,12 +243,12 @@ class SandboxProcess(BackendPopen):
             self._child.start_deadline(lambda: self.send_signal(signal.SIGKILL))
 
     @property
-    def observer(self) -> Observer | None:
+    def observer(self):
         """The denial observer of this sandbox (``report_denials``), or None."""
         return self._observer
 
     @property
-    def denials(self) -> Denials | None:
+    def denials(self):
         """What the sandbox refused (``Policy(report_denials=True)``; pysandbox/denials.py),
         complete once the command was reaped; None when the policy does not report."""
         return None if self._observer is None else self._observer.denials
