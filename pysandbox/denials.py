@@ -26,8 +26,10 @@ command exists; the command never holds it. One thread of the launcher, the
   made it. Without an observer these calls fail with ENOSYS: the command continues,
   its writes and connects fail.
 
-Bounded: at most :data:`MAX_RECORDS` distinct ``(kind, target)`` records, each counted
-(``count``); later distinct targets are dropped and counted in ``denials.cut``; a path
+Bounded: at most :data:`MAX_RECORDS` distinct ``(kind, target)`` records per command,
+each counted (``count``), and :data:`MAX_TOTAL` in a session (what escaped into sessions
+of its own stays until the session ends); later distinct targets are dropped and counted
+in ``denials.cut``; a path
 read is at most 4096 bytes, an address 128. Not observed: the i386 ABI's writes and
 connects, ``sendto``/``sendmsg`` with an address, ``openat2`` (refused with ENOSYS by the
 filter), refusals of the filter's argument rules (ioctl, set-id modes, socket families),
@@ -58,7 +60,8 @@ from . import seccomp as _seccomp
 from .denial_paths import base_fd, read_only_target
 from .errors import Reason, SetupError
 
-MAX_RECORDS = 256
+MAX_RECORDS = 256    # distinct targets per command (one-shot: per sandbox)
+MAX_TOTAL = 4096     # a session's, every command's and the unattributed ones together
 PATH_MAX = 4096
 # <linux/seccomp.h>: struct seccomp_notif (80 bytes), seccomp_notif_resp (24 bytes)
 NOTIF_RECV = 0xC0502100
@@ -136,6 +139,7 @@ class Observer:
         self._records: dict = {}   # (session id or None, kind, target) -> Denial
         self._lock = threading.Lock()
         self._cuts: dict = {}      # session id or None -> distinct targets dropped
+        self._held: dict = {}      # session id or None -> distinct targets held
         self._stop = False
         self._thread = None
 
@@ -218,6 +222,7 @@ class Observer:
             keys = [k for k in self._records if k[0] == sid]
             out = Denials(self._records.pop(k) for k in keys)
             out.cut = self._cuts.pop(sid, 0)
+            self._held.pop(sid, None)
         return out
 
     # -- the observer thread ------------------------------------------------------
@@ -328,8 +333,9 @@ class Observer:
             old = self._records.get(key)
             if old is not None:
                 self._records[key] = Denial(kind, target, old.errno, old.pid, old.count + 1)
-            elif len(self._records) < MAX_RECORDS:
+            elif self._held.get(sid, 0) < MAX_RECORDS and len(self._records) < MAX_TOTAL:
                 self._records[key] = Denial(kind, target, err, pid)
+                self._held[sid] = self._held.get(sid, 0) + 1
             else:
                 self._cuts[sid] = self._cuts.get(sid, 0) + 1
 

@@ -265,3 +265,14 @@ def test_an_observer_that_fails_never_leaves_a_call_waiting(backend, tmp_path, m
     assert done.returncode == 0, done.stderr.decode()
     assert int(done.stdout.decode().split()[-1]) == errno.ENOSYS
     assert list(done.denials) == []
+
+
+def test_a_terminal_of_its_own_with_denials(backend, tmp_path):
+    # native opens the sandbox's pty after the filter is loaded: that openat is observed
+    # while the launcher still waits for the exec (the observer serves from before the
+    # spawn; before that fix this launch never returned)
+    cmd = [sys.executable, "-m", "pysandbox", "run", "--backend", backend, "--workdir", str(tmp_path), "--tty",
+           "--report-denials", "--", "sh", "-c", "touch /etc/psb-tty; touch ok"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert "pysandbox: denied: write /etc/psb-tty (EROFS)" in done.stderr, done.stderr
+    assert (tmp_path / "ok").exists()
