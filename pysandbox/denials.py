@@ -25,6 +25,8 @@ command exists; the command never holds it. One thread of the launcher, the
   changed the path between the call and the read): the decision never is, the kernel
   made it. Without an observer these calls fail with ENOSYS: the command continues,
   its writes and connects fail.
+- network proxy mode: the proxy's refused requests are ``connect`` records too
+  (:func:`with_proxy_refusals`; its events keep the reason).
 
 Bounded: at most :data:`MAX_RECORDS` distinct ``(kind, target)`` records per command,
 each counted (``count``), and :data:`MAX_TOTAL` in a session (what escaped into sessions
@@ -107,6 +109,28 @@ def summary(denials) -> str:
     if cut:
         parts.append(f"... {cut} more not listed")
     return f"pysandbox: denied: {'; '.join(parts)}" if parts else ""
+
+
+def with_proxy_refusals(denials: Denials, events) -> Denials:
+    """``denials`` and, counted per ``host:port`` as ``connect`` (``EACCES``, pid 0: the
+    proxy refused a request, not the kernel a call), the refused events of network proxy
+    mode's proxy (pysandbox/egress.py), within :data:`MAX_RECORDS`."""
+    out = Denials(denials)
+    out.cut = denials.cut
+    index = {(d.kind, d.target): i for i, d in enumerate(out)}
+    for ev in events:
+        if ev.verdict != "refused":
+            continue
+        key = ("connect", f"{ev.host}:{ev.port}")
+        if key in index:
+            old = out[index[key]]
+            out[index[key]] = Denial(old.kind, old.target, old.errno, old.pid, old.count + 1)
+        elif len(out) < MAX_RECORDS:
+            index[key] = len(out)
+            out.append(Denial("connect", key[1], _errno.EACCES, 0))
+        else:
+            out.cut += 1
+    return out
 
 
 def refused_calls(policy) -> dict:

@@ -251,7 +251,12 @@ class SandboxProcess(BackendPopen):
     def denials(self):
         """What the sandbox refused (``Policy(report_denials=True)``; pysandbox/denials.py),
         complete once the command was reaped; None when the policy does not report."""
-        return None if self._observer is None else self._observer.denials
+        if self._observer is None:
+            return None
+        if self.proxy is None:
+            return self._observer.denials
+        from .denials import with_proxy_refusals   # proxy mode: its refusals are denials too
+        return with_proxy_refusals(self._observer.denials, self.proxy.events)
 
     @property
     def limit(self) -> str | None:

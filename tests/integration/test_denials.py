@@ -276,3 +276,32 @@ def test_a_terminal_of_its_own_with_denials(backend, tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert "pysandbox: denied: write /etc/psb-tty (EROFS)" in done.stderr, done.stderr
     assert (tmp_path / "ok").exists()
+
+
+PROXY_PROBE = r'''
+import json, os, socket
+out = {"links": sorted(n for _i, n in socket.if_nameindex())}
+port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1].strip("/"))
+s = socket.create_connection(("127.0.0.1", port), timeout=30)       # the proxy: loopback, allowed
+s.sendall(b"CONNECT blocked.invalid:443 HTTP/1.1\r\nHost: blocked.invalid:443\r\n\r\n")
+out["proxy_answer"] = s.recv(64).split(b" ")[1].decode()
+s.close()
+if out["links"] == ["lo"]:                 # proxy mode's namespace holds lo alone
+    c = socket.socket(); out["direct"] = c.connect_ex(("192.0.2.1", 9)); c.close()
+print(json.dumps(out))
+'''
+
+
+def test_proxy_mode_direct_attempts_and_proxy_refusals(backend, tmp_path):
+    pol = pysandbox.Policy.default(workdir=tmp_path, network="proxy", allow_hosts=("allowed.invalid",),
+                                   report_denials=True)
+    done = pysandbox.run([sys.executable, "-I", "-c", PROXY_PROBE], policy=pol, backend=backend, capture_output=True,
+                         timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    out = json.loads(done.stdout.decode().splitlines()[-1])
+    assert out["links"] == ["lo"] and out["direct"] == errno.ENETUNREACH
+    assert out["proxy_answer"] == "403"
+    got = {(d.target, d.errno) for d in done.denials if d.kind == "connect"}
+    # the direct attempt (the kernel's refusal) and the proxy's refusal; the connection to
+    # the proxy itself (loopback) is no denial
+    assert got == {("192.0.2.1:9", errno.ENETUNREACH), ("blocked.invalid:443", errno.EACCES)}, done.denials
