@@ -255,7 +255,7 @@ class SessionProcess(RemotePopen):
         the processes of its session (a descendant that made a session of its own is
         counted in :attr:`Sandbox.denials` instead), once it exited; else None."""
         observer = self.session.observer
-        if observer is None or self.returncode is None or self.pid is None:
+        if observer is None or self.pid is None or self.poll() is None:
             return None
         if getattr(self, "_denials", None) is None:
             self._denials = observer.take(self.pid)

@@ -71,3 +71,18 @@ def test_deep_agents_output_names_what_was_refused_when_the_command_failed(backe
     assert failed.output.splitlines()[-1] == "pysandbox: denied: write /etc/hosts (EROFS)"
     assert "pysandbox: denied" not in refused_ok.output and refused_ok.exit_code == 0
     assert plain_fail.exit_code == 3 and "pysandbox: denied" not in plain_fail.output
+
+
+def test_an_asyncio_session_command_carries_its_own(backend, tmp_path):
+    import asyncio
+    from pysandbox.aio_session import Sandbox as AioSandbox
+
+    async def main():
+        pol = pysandbox.Policy.default(workdir=tmp_path, report_denials=True)
+        async with AioSandbox(policy=pol, backend=backend) as sb:
+            refused = await sb.run(["sh", "-c", "touch /etc/psb-aio-session"], capture_output=True, timeout=60)
+            allowed = await sb.run(["sh", "-c", "touch ok"], capture_output=True, timeout=60)
+        return refused, allowed
+    refused, allowed = asyncio.run(main())
+    assert [d.target for d in refused.denials] == ["/etc/psb-aio-session"]
+    assert list(allowed.denials) == []
