@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from . import denial_calls as _calls
 from . import seccomp as _seccomp
 from .denial_paths import base_fd, read_only_target
-from .errors import Reason, SetupError
+from .errors import CapabilityUnavailable, Reason, SetupError
 
 MAX_RECORDS = 256    # distinct targets per command (one-shot: per sandbox)
 MAX_TOTAL = 4096     # a session's, every command's and the unattributed ones together
@@ -68,7 +68,7 @@ PATH_MAX = 4096
 # <linux/seccomp.h>: struct seccomp_notif (80 bytes), seccomp_notif_resp (24 bytes)
 NOTIF_RECV = 0xC0502100
 NOTIF_SEND = 0xC0182101
-NOTIF_ID_VALID = 0x40082102
+NOTIF_ID_VALID = 0x80082102   # the first (_IOR) number: every kernel takes it, 5.17+ both
 FLAG_CONTINUE = 1
 NOTIF = struct.Struct("=QII iI Q 6Q")   # id, pid, flags, data{nr, arch, ip, args[6]}
 RESP = struct.Struct("=QqiI")           # id, val, error, flags
@@ -133,6 +133,23 @@ def with_proxy_refusals(denials: Denials, events) -> Denials:
     return out
 
 
+def check_kernel(release: str | None = None) -> None:
+    """The observer needs ``SECCOMP_USER_NOTIF_FLAG_CONTINUE`` (Linux 5.5): on an older
+    kernel an answer it gives would fail and the call wait for ever, so refuse first.
+
+    Raises:
+        CapabilityUnavailable: ``seccomp_unavailable`` before Linux 5.5.
+    """
+    release = release or os.uname().release
+    try:
+        version = tuple(int(x) for x in release.split("-")[0].split(".")[:2])
+    except ValueError:
+        version = (0, 0)
+    if version < (5, 5):
+        raise CapabilityUnavailable(f"report_denials needs Linux 5.5 or later (seccomp notifications answered "
+                                    f"with CONTINUE); this kernel is {release}", Reason.SECCOMP_UNAVAILABLE)
+
+
 def refused_calls(policy) -> dict:
     """``{(audit arch, number): (name, errno)}``: the calls the report-mode filter notifies
     that the observer refuses, for ``policy``."""
@@ -153,6 +170,7 @@ class Observer:
     spawn, :meth:`start` after it; :meth:`finish` once the command was reaped."""
 
     def __init__(self, policy, by_session: bool = False):
+        check_kernel()
         self._by_session = by_session   # a session's server: records keyed by the caller's session id
         self._begun = self._handled = 0
         self._settled = threading.Condition()

@@ -87,3 +87,14 @@ def test_policy_switch():
     with pytest.raises(PolicyError) as exc:
         Policy.default(report_denials="yes")
     assert exc.value.reason == Reason.INVALID_VALUE
+
+
+def test_kernels_before_5_5_are_refused():
+    from pysandbox.denials import check_kernel
+    from pysandbox.errors import CapabilityUnavailable
+    for old in ("5.4.0-150-generic", "4.19.0", "garbage"):
+        with pytest.raises(CapabilityUnavailable) as exc:
+            check_kernel(old)
+        assert exc.value.reason == Reason.SECCOMP_UNAVAILABLE
+    for new in ("5.5.0", "6.18.44-fc-v1252", "5.10.0-rc1"):
+        check_kernel(new)
