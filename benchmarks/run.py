@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import contenders as C  # noqa: E402
+import denials as D  # noqa: E402
 import measure as M  # noqa: E402
 import proxy as P  # noqa: E402
 import proxy_launch as PL  # noqa: E402
@@ -413,7 +414,8 @@ SECTIONS = {"launch": section_launch, "ballast": section_ballast, "mounts": sect
             "throughput": section_throughput, "soak": section_soak, "startup": U.section_startup,
             "memory": section_memory, "session": S.section_session, "pool": S.section_pool,
             "aio": S.section_aio, "session_soak": S.section_session_soak, "proxy": P.section_proxy,
-            "proxy_launch": PL.section_proxy_launch, "bwrap_lines": section_bwrap_lines}
+            "proxy_launch": PL.section_proxy_launch, "bwrap_lines": section_bwrap_lines,
+            "denials": D.section_denials}
 
 
 def main(argv=None) -> int:

@@ -30,7 +30,7 @@ struct psb_launch {
     const char *cand; int ncand; int searched; unsigned long fwd_signals; int stdio[3];
     const int *pass_fds; int npass; int want_status; int started_fd;
     const int *close_first; int nclose; int release_fd;
-    int pty_fd; int pty_stdio; unsigned long pty_winsize; int proxy_fd;
+    int pty_fd; int pty_stdio; unsigned long pty_winsize; int proxy_fd; int notify_fd;
     int monitor; int monitor_exe;
 };
 struct psb_result { int pid; int status_fd; int monitor_pid; int monitor_fd; int stage; int op; int err; };

@@ -44,7 +44,8 @@ enum psb_op_kind {
     PSB_OP_CAPS,              /* n=keep mask, m=last cap */
     PSB_OP_NNP,               /* PR_SET_NO_NEW_PRIVS */
     PSB_OP_INIT,              /* fork: this process stays as the pid-1 init */
-    PSB_OP_SECCOMP,           /* a=program n=length in bytes */
+    PSB_OP_SECCOMP,           /* a=program n=length in bytes; m=1: with a notification
+                                 listener sent over launch notify_fd (psb_tail.h) */
     PSB_OP_SETSID,
     PSB_OP_CHDIR,             /* a=path */
     PSB_OP_WAIT_FD,           /* n=fd: wait for a byte or EOF on it, then close it (bwrap's
@@ -163,6 +164,8 @@ struct psb_launch {
     int pty_stdio;            /* bit i: the slave becomes descriptor i (instead of stdio[i]) */
     unsigned long pty_winsize; /* rows << 16 | cols set on the new pty (0: left as is) */
     int proxy_fd;             /* >= 0: a unix socket for the LISTEN op (else LISTEN fails EBADF) */
+    int notify_fd;            /* >= 0: a unix socket for the SECCOMP op with m=1 (its listener
+                                 goes there; else that op fails EBADF) */
     int monitor;              /* as_pid_1 (no init of ours): once the child's pid is final the
                                  launcher starts its lifetime monitor (native/psb_monitor.h)
                                  and only then lets the child go on (the gate pipe): the

@@ -13,6 +13,11 @@
  *   -r PATH       bind PATH on itself and remount it read-only (skipped if absent)
  *   -b DEST DEV INO   fail closed unless lstat(DEST) has that st_dev and st_ino
  *   -s FD         install the classic BPF program read from FD (in the command only)
+ *   -S SOCK       the next -s program is loaded with a seccomp notification listener,
+ *                 sent over unix socket SOCK (SCM_RIGHTS) and closed with SOCK in the
+ *                 command's process: the launcher's denial observer
+ *                 (Policy.report_denials, pysandbox/denials.py; native/psb_tail.h
+ *                 psb_tail_seccomp_notify)
  *   -c MASK       the capabilities the command keeps (hex); all others are dropped
  *                 from every set and the bounding set (needs CAP_SETPCAP)
  *   -n            with -c: the kept capabilities stay permitted and effective only,
@@ -181,6 +186,8 @@ static long parse_hex(const char *s)
 }
 
 static long status_fd = -1;
+static long notify_sock = -1;
+static int notify_filter = -1;   /* which -s loads with the listener (-S) */
 static unsigned long rlimits[MAX_RLIMITS][3];
 static int nrlimits;
 
@@ -193,7 +200,8 @@ static unsigned int limit_and_filter(int nfilters, long *err, long *k)
         if ((*err = -psb_tail_rlimit((long)rlimits[*k][0], rlimits[*k][1], rlimits[*k][2])) > 0)
             return PSB_TAIL_RLIMIT;
     for (*k = 0; *k < nfilters; (*k)++)
-        if ((*err = -psb_tail_seccomp(filters[*k], filter_len[*k])) > 0)
+        if ((*err = -(*k == notify_filter ? psb_tail_seccomp_notify(filters[*k], filter_len[*k], notify_sock)
+                                          : psb_tail_seccomp(filters[*k], filter_len[*k]))) > 0)
             return PSB_TAIL_SECCOMP;
     *k = 0;
     return 0;
@@ -331,6 +339,12 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
                 fail(PSB_TAIL_SECCOMP, EINVAL, nfilters);
             sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
             filter_len[nfilters++] = (unsigned short)(got / 8);
+        } else if (streq(o, "-S") && i + 1 < argc) {
+            notify_sock = parse(argv[++i]);
+            if (notify_sock < 3 || notify_filter >= 0)
+                fail(PSB_TAIL_USAGE, EINVAL, i);
+            notify_filter = nfilters;
+            sys6(NR_FCNTL, notify_sock, F_SETFD, FD_CLOEXEC, 0, 0, 0);
         } else if (streq(o, "-t") && i + 3 < argc) {
             pty_sock = parse(argv[i + 1]);
             pty_mask = parse(argv[i + 2]);
@@ -449,6 +463,8 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
     if (pty_sock >= 0)
         sys6(NR_CLOSE, pty_sock, 0, 0, 0, 0, 0);   /* the init never sends on it */
+    if (notify_sock >= 0)
+        sys6(NR_CLOSE, notify_sock, 0, 0, 0, 0, 0);
     unsigned int rec[3];
     while ((r = sys6(NR_READ, epipe[0], (long)rec, sizeof rec, 0, 0, 0)) == -4 /* EINTR */)
         ;

@@ -313,7 +313,8 @@ static void psb_child_main(struct psb_child *c, int start)
             break;
         }
         case PSB_OP_SECCOMP:
-            r = tail(psb_tail_seccomp(S(c, op->a), (unsigned long)op->n / 8));
+            r = tail(op->m == 1 ? psb_tail_seccomp_notify(S(c, op->a), (unsigned long)op->n / 8, c->launch->notify_fd)
+                           : psb_tail_seccomp(S(c, op->a), (unsigned long)op->n / 8));
             break;
         case PSB_OP_SETSID:
             r = setsid() < 0 ? -1 : 0;

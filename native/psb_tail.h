@@ -10,6 +10,7 @@
  *   psb_landlock_self  the command's Landlock domain (native/psb_landlock.h)
  *   psb_tail_rlimit    one resource limit (pysandbox/limits.py)
  *   psb_tail_seccomp   one classic BPF filter
+ *   psb_tail_seccomp_notify  the same with a notification listener, handed over
  *   psb_tail_pty       the sandbox's terminal: a pty of its devpts, the master handed over
  *   psb_tail_listen    network proxy mode: the listener(s), handed over
  *   psb_tail_gate      the launcher's go (its lifetime monitor exists)
@@ -182,6 +183,31 @@ static long __attribute__((unused)) psb_tail_send_fds(long sock, char tag, const
         r = psb_sys(__NR_sendmsg, sock, (long)&msg, 0x4000 /* MSG_NOSIGNAL */, 0, 0);
     while (r == -PSB_TAIL_EINTR);
     return r == 1 ? 0 : r < 0 ? r : -PSB_TAIL_EPIPE;
+}
+
+/* The command's process, with no_new_privs, last filter it loads that notifies
+ * (Policy.report_denials, pysandbox/denials.py): like psb_tail_seccomp, but loaded with
+ * SECCOMP_FILTER_FLAG_NEW_LISTENER; the listener (close-on-exec) leaves over unix socket
+ * ``sock`` (tag 'N') and is closed here with ``sock``: the command never holds it, only
+ * the launcher answers its notifications. The kernel allows one listener per filter
+ * chain: EBUSY when an outer sandbox of ours already reports denials. A failure after
+ * the load leaves a filter whose notifying calls fail with ENOSYS; the caller fails the
+ * setup, the command never runs. Returns 0 or -errno. */
+static long __attribute__((unused)) psb_tail_seccomp_notify(const void *insns, unsigned long ninsns, long sock)
+{
+    struct sock_fprog prog = { (unsigned short)ninsns, (struct sock_filter *)insns };
+    long r = -PSB_TAIL_EBADF;
+    if (sock >= 0) {
+        r = ninsns == 0 || ninsns > BPF_MAXINSNS ? -PSB_TAIL_EINVAL :
+            psb_sys(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, (long)&prog, 0, 0);
+        if (r >= 0) {
+            int fd = (int)r;
+            r = psb_tail_send_fds(sock, 'N', &fd, 1);
+            psb_sys(__NR_close, fd, 0, 0, 0, 0);
+        }
+        psb_sys(__NR_close, sock, 0, 0, 0, 0);
+    }
+    return r < 0 ? r : 0;
 }
 
 /* The command's process (no capabilities, inside the new root): the sandbox's own

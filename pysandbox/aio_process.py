@@ -84,6 +84,12 @@ class Process:
         return getattr(self._popen, "limit", None)
 
     @property
+    def denials(self):
+        """What the sandbox refused (``Policy(report_denials=True)``), as
+        :attr:`SandboxProcess.denials`; None when the policy does not report."""
+        return getattr(self._popen, "denials", None)
+
+    @property
     def proxy(self):
         """Network proxy mode: the launch's :class:`pysandbox.egress.Egress` (counts,
         events), as :attr:`SandboxProcess.proxy`; None otherwise."""
@@ -318,6 +324,7 @@ async def run_flow(create, *, input, capture_output: bool, timeout, check: bool,
         raise exc
     done = CompletedProcess(proc.args, retcode, stdout, stderr)
     done.limit = limit
+    done.denials = proc.denials
     if getattr(proc, "proxy", None) is not None:
         done.proxy = proc.proxy   # network proxy mode: its counts and events
     return done

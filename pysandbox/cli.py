@@ -389,6 +389,7 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
         code = stop(proc, GRACE)
     cli_limits.report(proc)
     cli_proxy.report(proc)
+    cli_seccomp.report(proc)
     return exit_status(code)
 
 
@@ -413,6 +414,7 @@ def _run_in_terminal(args, command, policy) -> int:
         return start_failed(command, exc, _say)
     cli_limits.report(*procs)
     cli_proxy.report(*procs)
+    cli_seccomp.report(*procs)
     return exit_status(code)
 
 

@@ -191,6 +191,7 @@ class NoNewPrivs:
 @dataclass(frozen=True)
 class Seccomp:
     program: bytes   # classic BPF, 8 bytes an instruction
+    notify: bool = False   # loaded with a notification listener, sent to the launcher (denials.py)
 
 
 @dataclass(frozen=True)

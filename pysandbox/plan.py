@@ -155,9 +155,11 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
     # session, the keyring calls, io_uring unless allowed, perf_event_open/bpf/userfaultfd
     # unless allowed, and in deny/proxy mode the socket families no network namespace
     # confines (AF_VSOCK ...).
-    ops.extend(Seccomp(prog) for prog in _seccomp.builtin_filters(
-        strict_unix=policy.strict_unix, network=policy.network.mode, allow_io_uring=policy.allow_io_uring,
-        allow_syscalls=policy.allow_syscalls))
+    # report_denials: the first (the default filter) with the observer's listener.
+    ops.extend(Seccomp(prog, notify=policy.report_denials and k == 0) for k, prog in enumerate(
+        _seccomp.builtin_filters(strict_unix=policy.strict_unix, network=policy.network.mode,
+                                 allow_io_uring=policy.allow_io_uring, allow_syscalls=policy.allow_syscalls,
+                                 report=policy.report_denials)))
     if policy.new_session:
         ops.append(NewSession())
     _view.check_start_directory(policy.chdir or "/", done, "chdir", field="chdir")

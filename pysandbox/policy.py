@@ -133,6 +133,7 @@ class Policy:
     strict_unix: bool = False              # seccomp: socket(AF_UNIX) refused, socketpair allowed
     allow_io_uring: bool = False           # seccomp: io_uring_* allowed (network allow, not strict_unix)
     allow_syscalls: frozenset = frozenset()  # seccomp: of perf_event_open, bpf, userfaultfd, those allowed
+    report_denials: bool = False           # result.denials: what the sandbox refused (denials.py)
     allow_host_mountpoints: bool = False   # pybwrap only: a missing mount point inside a writable
                                            # host bind is created on the host, as bwrap does
     block_fd: int | None = None            # setup waits for a byte or EOF here before the command
@@ -185,7 +186,7 @@ class Policy:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
         for flag in ("die_with_parent", "new_session", "as_pid_1", "caps_ambient", "allow_nested_userns",
                      "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints",
-                     "allow_broad_writable", "follow_writable_symlinks"):
+                     "allow_broad_writable", "follow_writable_symlinks", "report_denials"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
         if self.allow_io_uring and (self.strict_unix or self.network.new_namespace):

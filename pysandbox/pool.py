@@ -31,6 +31,9 @@ class Pool:
 
     ``stats()``: staged, used, failed refills, and the mean seconds to stage one.
 
+    Raises (from the constructor):
+        PolicyError: a bad ``size``.
+
     Raises (from run/Popen):
         SessionError (session_closed): the pool is closed.
         The refill's own error (BackendUnavailable, CapabilityUnavailable, SetupError,

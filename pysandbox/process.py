@@ -146,7 +146,8 @@ class SandboxProcess(BackendPopen):
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
                  env=None, pass_fds=(), on_start=None, cwd=None,
                  close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None,
-                 on_proxy_event=None, _proxy_resolver=None, _proxy_tenants=None, **kwargs):
+                 on_proxy_event=None, _proxy_resolver=None, _proxy_tenants=None, denials_by_session: bool = False,
+                 **kwargs):
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session"):
             if kwargs.get(bad) not in (None, False):
@@ -196,11 +197,18 @@ class SandboxProcess(BackendPopen):
             apply_proxy_env(self._sandbox_env, self.proxy.port)
         else:
             check_callback(on_proxy_event)
+        # denials_by_session: a session's server (session.py): records per command's session
+        self._observer = None
+        if self.policy.report_denials:   # imported here: a launch without it does not pay for it
+            from .denials import Observer
+            self._observer = Observer(self.policy, denials_by_session)
         try:
             super().__init__(argv, pass_fds=(), **kwargs)
         except BaseException:
             if self.proxy is not None:
                 self.proxy.close()
+            if self._observer is not None:
+                self._observer.finish()
             raise
 
     def _start_child(self, argv, stdin, stdout, stderr):
@@ -213,7 +221,10 @@ class SandboxProcess(BackendPopen):
                         pass_fds=self._sandbox_pass_fds, on_start=self._on_start,
                         close_in_setup=self._close_in_setup, pty_socket=self._pty[0], pty_stdio=self._pty[1],
                         pty_winsize=self._pty[2], cgroup_procs=cgroups.procs_files if cgroups else (),
-                        proxy_socket=None if self.proxy is None else self.proxy.their_fd)
+                        proxy_socket=None if self.proxy is None else self.proxy.their_fd,
+                        notify_socket=None if self._observer is None else self._observer.their_fd)
+        if self._observer is not None:
+            self._observer.begin()
         try:
             child = self.backend.spawn(plan, launch)
         except BaseException:
@@ -222,12 +233,14 @@ class SandboxProcess(BackendPopen):
             raise
         if limits is not None:
             child = LimitedChild(child, limits, cgroups)
-        if self.proxy is not None:
-            try:
+        try:
+            if self._observer is not None:
+                self._observer.start()
+            if self.proxy is not None:
                 self.proxy.start()
-            except BaseException:
-                _end_child(child)
-                raise
+        except BaseException:
+            _end_child(child)
+            raise
         return child
 
     def _execute_child(self, *args):
@@ -239,6 +252,21 @@ class SandboxProcess(BackendPopen):
     def cgroups(self):
         """The launch's cgroups (pysandbox/cgroup.py ``Cgroups``) while it runs, or None."""
         return getattr(self._child, "cgroups", None)
+
+    def observer(self):
+        """The denial observer of this sandbox (``report_denials``), or None."""
+        return self._observer
+
+    @property
+    def denials(self):
+        """What the sandbox refused (``Policy(report_denials=True)``; pysandbox/denials.py),
+        complete once the command was reaped; None when the policy does not report."""
+        if self._observer is None:
+            return None
+        if self.proxy is None:
+            return self._observer.denials
+        from .denials import with_proxy_refusals   # proxy mode: its refusals are denials too
+        return with_proxy_refusals(self._observer.denials, self.proxy.events)
 
     @property
     def limit(self) -> str | None:
@@ -253,6 +281,8 @@ class SandboxProcess(BackendPopen):
         finally:
             if self.proxy is not None:
                 self.proxy.close()   # the sandbox is gone: so is its proxy
+            if self._observer is not None:
+                self._observer.finish()   # every process under its filter is gone too
 
     def forward_signal(self, sig) -> None:
         """Deliver ``sig`` to the sandboxed command through the backend, without reaping
@@ -401,6 +431,7 @@ def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill
             raise exc
     done = CompletedProcess(proc.args, retcode, stdout, stderr)
     done.limit = limit   # the resource limit that ended the command, or None (SandboxProcess.limit)
+    done.denials = getattr(proc, "denials", None)   # SandboxProcess.denials
     if getattr(proc, "proxy", None) is not None:
         done.proxy = proc.proxy   # network proxy mode: its counts and events
     return done

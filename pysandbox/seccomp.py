@@ -121,6 +121,7 @@ import os
 
 from .bpf import (BPF_JA, BPF_JEQ_K, BPF_JGE_K, BPF_JSET_K, BPF_LD_W_ABS, BPF_RET_K,  # noqa: F401
                   MAX_INSNS, Program, disassemble, validate)
+from . import denial_calls as _calls
 from .checks import as_tuple
 from .errors import CapabilityUnavailable, PolicyError, Reason
 
@@ -128,6 +129,7 @@ from .errors import CapabilityUnavailable, PolicyError, Reason
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 RET_ALLOW = 0x7FFF0000
+RET_USER_NOTIF = 0x7FC00000
 
 # <linux/audit.h>
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -260,13 +262,23 @@ def caller_programs(programs) -> tuple[bytes, ...]:
 
 
 def default_filter(network: str = "deny", allow_io_uring: bool = False, machine: str | None = None, *,
-                   allow_syscalls=frozenset()) -> bytes:
+                   allow_syscalls=frozenset(), report: bool = False) -> bytes:
     """The filter every sandbox loads (module docstring): ioctl TIOCSTI/TIOCLINUX, the
     keyring calls and a set-id mode fail with EPERM (openat2 with ENOSYS); io_uring fails with ENOSYS unless ``allow_io_uring``;
     :data:`OPT_IN_CALLS` fail with EPERM except those in ``allow_syscalls``;
     with ``network`` deny or proxy, socket/socketpair of :data:`GLOBAL_FAMILIES` fail with
     EAFNOSUPPORT and i386 socketcall(SYS_SOCKET|SYS_SOCKETPAIR) with EPERM; x32 fails with
     ENOSYS; other architectures are killed.
+
+    ``report`` (``Policy(report_denials=True)``, :mod:`pysandbox.denials`): the program
+    is loaded with a notification listener the launcher holds. The keyring,
+    io_uring and opt-in refusals return ``SECCOMP_RET_USER_NOTIF`` instead of their
+    errno (the observer answers each with that same errno and records it; with no
+    listener the kernel answers ENOSYS: still refused); on x86_64 the write-intent calls
+    of :mod:`pysandbox.denial_calls` and, with ``network`` deny or proxy, ``connect``
+    also notify, and the observer always lets the kernel decide them
+    (``SECCOMP_USER_NOTIF_FLAG_CONTINUE``). Every other refusal (ioctl, set-id modes,
+    socket families, openat2, x32) stays a plain errno of the kernel, not reported.
 
     Raises:
         CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
@@ -301,7 +313,7 @@ def default_filter(network: str = "deny", allow_io_uring: bool = False, machine:
             prog.jeq(nr["socket"], "family").jeq(nr["socketpair"], "family")
             if abi == "i386":
                 prog.jeq(nr["socketcall"], "socketcall")
-        prog.ja("allow")
+        prog.ja("observe" if report and abi == "x86_64" else "allow")
     if families:
         (prog.label("socketcall").load(off_arg_low(0))     # the call number; its arguments are in memory
              .jeq(SYS_SOCKET, "eperm").jeq(SYS_SOCKETPAIR, "eperm").ja("allow"))
@@ -309,27 +321,52 @@ def default_filter(network: str = "deny", allow_io_uring: bool = False, machine:
         for family in GLOBAL_FAMILIES:
             prog.jeq(family, "eafnosupport")
         prog.ja("allow")
+    after = "observe" if report else "allow"   # a call no refusal matched
     for call, (flags, mode) in OPEN_CALLS.items():
-        (prog.label(call).load(off_arg_low(flags)).jset(O_CREAT | O_TMPFILE_BIT, f"mode{mode}", "allow"))
+        (prog.label(call).load(off_arg_low(flags)).jset(O_CREAT | O_TMPFILE_BIT, f"mode{mode}", after))
     for arg in (1, 2, 3):                                  # umode_t: the low bits are all there is
-        prog.label(f"mode{arg}").load(off_arg_low(arg)).jset(S_ISUID | S_ISGID, "setid", "allow")
+        prog.label(f"mode{arg}").load(off_arg_low(arg)).jset(S_ISUID | S_ISGID, "setid", after)
     prog.label("ioctl").load(off_arg_low(1))               # the request: low 32 bits only
     for request in DENIED_IOCTLS:
         prog.jeq(request, "eperm")
     if "userfaultfd" in refused:                           # the device's way to the same descriptor
         prog.jeq(USERFAULTFD_IOC_NEW, "opt_in")
+    if report:
+        prog.ja("allow")                                   # the ioctl rule's fall-through
+        _observe(prog, network)
     prog.label("allow").ret(RET_ALLOW)
     prog.label("setid").ret(errno_action(SETID_ERRNO))
-    prog.label("keyring").ret(errno_action(KEYRING_ERRNO))
+    prog.label("keyring").ret(RET_USER_NOTIF if report else errno_action(KEYRING_ERRNO))
     prog.label("eperm").ret(errno_action(_errno.EPERM))
     if not allow_io_uring:
-        prog.label("io_uring").ret(errno_action(IO_URING_ERRNO))
+        prog.label("io_uring").ret(RET_USER_NOTIF if report else errno_action(IO_URING_ERRNO))
     if refused:
-        prog.label("opt_in").ret(errno_action(OPT_IN_ERRNO))
+        prog.label("opt_in").ret(RET_USER_NOTIF if report else errno_action(OPT_IN_ERRNO))
+    if report:
+        prog.label("notify").ret(RET_USER_NOTIF)
     if families:
         prog.label("eafnosupport").ret(errno_action(FAMILY_ERRNO))
     prog.label("x32").label("enosys").ret(errno_action(_errno.ENOSYS))
     return prog.assemble()
+
+
+def _observe(prog: Program, network: str) -> None:
+    """Report mode: the x86_64 write-intent calls (and ``connect`` off network allow)
+    jump to ``notify``; anything else, and the i386 ABI, to ``allow``."""
+    prog.label("observe").load(OFF_ARCH).jeq(AUDIT_ARCH_X86_64, "observe64", "allow")
+    prog.label("observe64").load(OFF_NR)
+    for name in _calls.ALWAYS_CALLS:
+        prog.jeq(_calls.WRITE_CALLS[name][0], "notify")
+    if network != "allow":
+        prog.jeq(_calls.CONNECT_NR, "notify")
+    for name in (*_calls.FLAGGED_CALLS, *_calls.PATH_NONNULL_CALLS):
+        prog.jeq(_calls.WRITE_CALLS[name][0], f"observe_{name}")
+    prog.ja("allow")
+    for name, arg in _calls.FLAGGED_CALLS.items():
+        prog.label(f"observe_{name}").load(off_arg_low(arg)).jset(_calls.WRITE_FLAGS, "notify", "allow")
+    for name, arg in _calls.PATH_NONNULL_CALLS.items():   # a pointer: either half non-zero
+        (prog.label(f"observe_{name}").load(off_arg_low(arg)).jeq(0, f"observe_{name}_hi", "notify")
+             .label(f"observe_{name}_hi").load(off_arg_low(arg) + 4).jeq(0, "allow", "notify"))
 
 
 def strict_unix_filter(machine: str | None = None) -> bytes:
@@ -371,7 +408,8 @@ def coverage(policy) -> dict:
 
 
 def builtin_filters(strict_unix: bool = False, network: str = "deny", allow_io_uring: bool = False,
-                    machine: str | None = None, *, allow_syscalls=frozenset()) -> tuple[bytes, ...]:
+                    machine: str | None = None, *, allow_syscalls=frozenset(),
+                    report: bool = False) -> tuple[bytes, ...]:
     """The programs pysandbox loads for a policy: :func:`default_filter` always (its socket
     family rules follow ``network``, its io_uring rule ``allow_io_uring``, its
     :data:`OPT_IN_CALLS` rule ``allow_syscalls``), strict-unix when asked.
@@ -380,7 +418,7 @@ def builtin_filters(strict_unix: bool = False, network: str = "deny", allow_io_u
         CapabilityUnavailable: ``seccomp_unavailable`` on an unsupported architecture.
         PolicyError: ``invalid_value`` for an unknown network mode or system call name.
     """
-    progs = [default_filter(network, allow_io_uring, machine, allow_syscalls=allow_syscalls)]
+    progs = [default_filter(network, allow_io_uring, machine, allow_syscalls=allow_syscalls, report=report)]
     if strict_unix:
         progs.append(strict_unix_filter(machine))
     return tuple(progs)

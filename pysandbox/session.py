@@ -294,12 +294,25 @@ class SessionProcess(RemotePopen):
     def backend_name(self) -> str:
         return self.session.backend_name
 
+    @property
+    def denials(self):
+        """What the sandbox refused this command (``report_denials``; pysandbox/denials.py):
+        the processes of its session (a descendant that made a session of its own is
+        counted in :attr:`Sandbox.denials` instead), once it exited; else None."""
+        observer = self.session.observer
+        if observer is None or self.pid is None or self.poll() is None:
+            return None
+        if getattr(self, "_denials", None) is None:
+            self._denials = observer.take(self.pid)
+        return self._denials
+
 
 class Sandbox:
     """A live sandbox that runs many commands; see the module's docstring.
 
     Raises (from the constructor):
-        PolicyError: invalid policy; a policy without a pid namespace.
+        PolicyError: invalid policy; a policy without a pid namespace
+            (``report_denials`` is per command: ``result.denials``, pysandbox/denials.py).
         LimitUnavailable: a memory or pids limit of ``policy.limits`` (the whole
             session's budget, pysandbox/session_limits.py) cannot be enforced here.
         BackendUnavailable, CapabilityUnavailable, SetupError: as a one-shot launch.
@@ -343,7 +356,7 @@ class Sandbox:
             # of Plan.command_may_mount read off the policy; none: no -L.
             ll = landlock.kind(P.command_may_mount(launch.allow_nested_userns, launch.caps_keep))
             server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-L", str(ll)] if ll else [])
-            self._server = SandboxProcess(server,
+            self._server = SandboxProcess(server, denials_by_session=True,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           **session_proxy.launch_kwargs(self.egress))
@@ -375,6 +388,18 @@ class Sandbox:
         if data is not None:
             self._env_cache = (dict(data), dict(applied))
         return applied
+
+    @property
+    def observer(self):
+        """The denial observer of the whole session (``report_denials``), or None."""
+        return None if self._server is None else self._server.observer
+
+    @property
+    def denials(self):
+        """``report_denials``: what the sandbox refused that no command's result took (a
+        process that made a session of its own, the server); None without the option."""
+        observer = self.observer
+        return None if observer is None else observer.denials
 
     def sandbox_path(self, cwd) -> str:
         """``cwd`` as an absolute path inside the sandbox (relative: to the policy's

@@ -52,6 +52,9 @@ class Launch:
     # inside the new network namespace and before the command exists, sends the
     # listener(s) it made at the plan's ProxyListener port (SCM_RIGHTS).
     proxy_socket: int | None = None
+    # Policy.report_denials (pysandbox/denials.py): a unix socket over which the setup,
+    # right after it loads the Seccomp op marked notify, sends that filter's listener.
+    notify_socket: int | None = None
 
 
 def pack_winsize(winsize: tuple[int, int] | None) -> int:

@@ -199,6 +199,10 @@ class BwrapBackend:
                                      Reason.BWRAP_INIT_UNAVAILABLE)
         if launch.proxy_socket is not None and not init:
             raise _proxy_needs_init()
+        if launch.notify_socket is not None and not init:
+            raise BackendUnavailable("report_denials on the bwrap backend: our init loads the filter whose "
+                                     "listener the launcher holds, and it cannot run here; add Proc('/proc') or "
+                                     "use the native backend", Reason.BWRAP_INIT_UNAVAILABLE)
         watched = monitor.wanted(plan)
         if watched and not init:
             raise BackendUnavailable("as_pid_1 on the bwrap backend: our init holds the command until the launcher's "
@@ -221,9 +225,9 @@ class BwrapBackend:
                 pty = None if launch.pty_socket is None else \
                     (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
                 command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty,
-                                       launch.proxy_socket, gate_r if watched else None)
+                                       launch.proxy_socket, gate_r if watched else None, launch.notify_socket)
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
-            passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket) if fd is not None}
+            passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket, launch.notify_socket) if fd is not None}
             if init:
                 passed |= {status_w} | ({init_fd} if init_fd is not None else set())
             if watched:

@@ -84,14 +84,15 @@ def proc_readonly_paths(plan: P.Plan) -> list[str]:
 
 def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
                  binds, pty: tuple[int, int, int] | None = None, proxy_socket: int | None = None,
-                 gate: int | None = None) -> list[str]:
+                 gate: int | None = None, notify_socket: int | None = None) -> list[str]:
     """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
     setup options (native/psb_bwrap_init.c), then the real command. ``pty``: (socket,
     stdio mask, packed window size) of the sandbox's terminal (``-t``). ``proxy_socket``:
     network proxy mode, where the init sends the listener of the plan's ProxyListener
     (``-p``, first: before anything of the command exists). ``gate``: as_pid_1, the read
     end of the pipe on which the launcher says its lifetime monitor exists (``-w``: no
-    byte, no command; pysandbox/backends/monitor.py).
+    byte, no command; pysandbox/backends/monitor.py). ``notify_socket``: where the
+    Seccomp op marked notify sends its listener (``-S``; Policy.report_denials).
 
     Raises:
         BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
@@ -125,6 +126,12 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
     keep = 0
     for op in plan.ops:
         if isinstance(op, P.Seccomp):
+            if op.notify:
+                if notify_socket is None or init_fd is None:
+                    raise BackendUnavailable("report_denials on the bwrap backend needs its C init (a procfs at /proc "
+                                             "in the sandbox) and the launcher's notification socket",
+                                             Reason.BWRAP_INIT_UNAVAILABLE)
+                opts += ["-S", str(notify_socket)]
             opts += ["-s", str(data_fd(op.program))]
         elif isinstance(op, P.DropCapabilities):
             for name in op.keep:

@@ -289,6 +289,7 @@ class NativeBackend:
         L.pty_stdio = launch.pty_stdio
         L.pty_winsize = pack_winsize(launch.pty_winsize)
         L.proxy_fd = -1 if launch.proxy_socket is None else launch.proxy_socket
+        L.notify_fd = -1 if launch.notify_socket is None else launch.notify_socket
         # as_pid_1: the launcher's lifetime monitor (fails closed without pidfds)
         L.monitor = int(monitor.wanted(plan))
         L.monitor_exe = init_fd() if L.monitor else -1

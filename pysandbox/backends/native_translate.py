@@ -320,7 +320,8 @@ def _nnp(cx, op, i):
 
 
 def _seccomp(cx, op, i):
-    cx.add("SECCOMP", a=bytes(op.program), n=len(op.program), stage="seccomp", plan_index=i)
+    cx.add("SECCOMP", a=bytes(op.program), n=len(op.program), m=1 if op.notify else -1, stage="seccomp",
+           plan_index=i)
 
 
 def _new_session(cx, op, i):

@@ -47,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("pysandbox.integrations.deepagents needs Deep Agents: "
                       "pip install 'pysandbox[deepagents]'") from exc
 
+from ..denials import summary
 from ..lifecycle import exit_status
 from . import deepagents_conventions as conventions
 from . import deepagents_python as interpreter
@@ -247,7 +248,9 @@ class PysandboxSandbox(BaseSandbox):
         decoded as UTF-8 (undecodable bytes replaced), stdin empty. A command killed by
         signal N reports 128+N. After ``timeout`` seconds (None: ``default_timeout``;
         0: none) the command and its descendants are ended, and the response says so,
-        with exit code 124 and the output so far.
+        with exit code 124 and the output so far. With ``Policy(report_denials=True)``, a
+        command that failed and was refused something ends its output with the summary line
+        (``pysandbox: denied: write /etc/hosts (EROFS); ...``, pysandbox/denials.py).
 
         Raises:
             SessionError: the sandbox is closed or was lost.
@@ -256,29 +259,33 @@ class PysandboxSandbox(BaseSandbox):
         if interpreter.in_file_operation():   # deepagents' own python3 -c: the fixed interpreter
             command = interpreter.rewrite(command, self.python)
         try:
-            returncode, out, _, cut = self._call(["sh", "-c", command], None, limit or None, merge=True)
+            done = self._call(["sh", "-c", command], None, limit or None, merge=True)
         except subprocess.TimeoutExpired as exc:
             so_far = _decode(exc.stdout)
             note = (f"Error: Command timed out after {limit} seconds and was ended. "
                     "For long-running commands, re-run with a larger timeout.")
             return ExecuteResponse(output=f"{so_far}\n{note}" if so_far else note,
                                    exit_code=TIMEOUT_EXIT_CODE, truncated=False)
-        return ExecuteResponse(output=_decode(out), exit_code=exit_status(returncode), truncated=cut)
+        output = _decode(done.stdout)
+        line = summary(getattr(done, "denials", None) or ()) if done.returncode else ""
+        if line:   # report_denials: the model sees what the sandbox refused, not only that it failed
+            output = f"{output}\n{line}" if output and not output.endswith("\n") else output + line
+        return ExecuteResponse(output=output, exit_code=exit_status(done.returncode),
+                               truncated=bool(getattr(done, "stdout_truncated", False)))
 
     def _call(self, argv: list[str], data: bytes | None, limit: float | None, merge: bool = False):
         """Run ``argv`` in the session, ``data`` on stdin (None: none), stderr into stdout
-        with ``merge``: ``(returncode, stdout, stderr, stdout_truncated)``.
+        with ``merge``: its result (``returncode``, ``stdout``, ``stderr``; ``denials`` and
+        ``stdout_truncated`` where the session has them).
 
         Raises:
             subprocess.TimeoutExpired: after ``limit`` seconds, with the output so far.
         """
         if merge:
-            done = self._session.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            return self._session.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, timeout=limit, env=self._env)
-        else:
-            done = self._session.run(argv, input=data if data is not None else b"", capture_output=True,
-                                     timeout=limit, env=self._env)
-        return done.returncode, done.stdout, done.stderr, False
+        return self._session.run(argv, input=data if data is not None else b"", capture_output=True,
+                                 timeout=limit, env=self._env)
 
     @property
     def python(self) -> str:
@@ -287,7 +294,7 @@ class PysandboxSandbox(BaseSandbox):
         (:mod:`pysandbox.integrations.deepagents_python`), not PATH's ``python3``."""
         if self._python is None:
             self._python = interpreter.choose(
-                lambda argv: subprocess.CompletedProcess(argv, self._call(argv, None, 60)[0]))
+                lambda argv: self._call(argv, None, 60))
         return self._python
 
     @property
@@ -303,9 +310,10 @@ class PysandboxSandbox(BaseSandbox):
     def _run(self, argv: list[str], data: bytes | None, limit: float | None):
         """Run ``argv`` in the sandbox, ``data`` on stdin: (returncode, stdout, stderr)."""
         try:
-            return self._call(argv, data, limit)[:3]
+            done = self._call(argv, data, limit)
         except subprocess.TimeoutExpired:
             return 1, None, f"timed out after {limit} seconds".encode()
+        return done.returncode, done.stdout, done.stderr
 
     def write(self, file_path: str, content: str) -> WriteResult:
         """Write ``content`` (UTF-8) to ``file_path``, creating missing parent

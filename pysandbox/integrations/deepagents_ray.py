@@ -59,4 +59,4 @@ class ClusterSandbox(PysandboxSandbox):
                                  timeout=limit, env=self._env, merge_stderr=merge)
         if done.timed_out:
             raise subprocess.TimeoutExpired(argv, limit or 0, done.stdout, done.stderr)
-        return done.returncode, done.stdout, done.stderr, done.stdout_truncated
+        return done

@@ -382,6 +382,8 @@ def policies(draw, world, max_ops: int = 8):
         # io_uring only where no socket filter depends on its absence (policy.py)
         allow_io_uring=draw(st.booleans()) if network == "allow" and not strict_unix else False,
         allow_syscalls=draw(st.sampled_from(ALLOW_SYSCALLS)),
+        # the observer's listener changes no mount or link (pysandbox/denials.py)
+        report_denials=draw(st.booleans()),
         # rlimits only: a cgroup's limits need a delegated controller, unlike the rest here
         # (the corpus has both); every generated policy shows a procfs, so bwrap's init runs
         limits=draw(st.sampled_from(LIMITS)),

@@ -171,6 +171,7 @@ _CASES = [
     ("strict-unix", lambda w: _default(w, strict_unix=True)),
     ("allow-io-uring", lambda w: _default(w, network="allow", allow_io_uring=True)),
     ("allow-syscalls", lambda w: _default(w, allow_syscalls=frozenset({"perf_event_open", "userfaultfd"}))),
+    ("report-denials", lambda w: _default(w, report_denials=True)),
     ("keep-authority-sockets", lambda w: Policy.default(keep_authority_sockets=True)),
     # the writable-path opt-ins (pysandbox/writable.py) change which policies may be built,
     # not the sandbox: the same mounts as without them

@@ -19,7 +19,7 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               # the io_uring opt-in, environment allow-list
               "--allow-io-uring", "--keep-env",
               # perf_event_open/bpf/userfaultfd opt-in (README "The policy")
-              "--allow-syscall",
+              "--allow-syscall", "--report-denials",
               # a terminal of its own (README: Interactive shell)
               "--tty", "--no-tty",
               # a scratch HOME (README "A scratch HOME")
