@@ -253,6 +253,7 @@ class SandboxProcess(BackendPopen):
         """The launch's cgroups (pysandbox/cgroup.py ``Cgroups``) while it runs, or None."""
         return getattr(self._child, "cgroups", None)
 
+    @property
     def observer(self):
         """The denial observer of this sandbox (``report_denials``), or None."""
         return self._observer
