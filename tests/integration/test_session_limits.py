@@ -229,7 +229,8 @@ def test_a_spawn_marked_limited_without_its_limits_frame_never_runs(backend, tmp
         ch = sb.channel
         cid = next(ch.ids)
         frame = W.spawn_frame(cid, "/", ["/bin/touch", "/usr/bin/touch"], ["touch", str(marker)], {}, [])
-        cmd = types.SimpleNamespace(pid=None, failed=None, status=None, limits=None)   # what the channel fills in
+        cmd = types.SimpleNamespace(pid=None, failed=None, status=None, limits=None,   # what the channel fills in
+                                    ended=lambda returncode=None: None)
         with ch.cv:
             ch.commands[cid] = cmd
         ch.send(mark_limited(frame), before=before(cid))
