@@ -50,6 +50,21 @@ _REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable"
             "process_group", "start_new_session")
 
 
+def _exited(pid: int, timeout: float) -> None:
+    """Until process ``pid`` (a child of ours, not reaped) has exited or ``timeout`` has
+    passed: woken by its pidfd at once, where subprocess's ``wait(timeout)`` would poll
+    with sleeps of up to 50 ms (a pool's threads close a sandbox after each command).
+    Without pidfds, returns at once (the caller's wait decides)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
 class _Command:
     __slots__ = ("pid", "failed", "status")
 
@@ -134,7 +149,7 @@ class Channel:
             cmd = self.commands.get(ev.id)
             if cmd is None:
                 continue
-            if ev.kind == W.STARTED:
+            if ev.kind == W.STARTED:   # a repeat (native/psb_session.c) carries the same pid
                 cmd.pid = ev.a
             elif ev.kind == W.FAILED:
                 cmd.failed = ev
@@ -367,6 +382,22 @@ class Sandbox:
             child.started()
         return child
 
+    def warm(self) -> None:
+        """Do now what the first command would pay for once (a pool does it while staging):
+        the launcher's environment for os.environ (command_env's cache), and the server's
+        first keeper and command (page faults of a first fork): a command that cannot start,
+        the directory ``/`` as a program (EACCES in every sandbox, no exec happens), which
+        leaves nothing behind.
+
+        Raises:
+            SessionError: the session is closed or lost.
+        """
+        self.command_env(None)
+        try:
+            self._spawn(["/"], "/", {}, [], [], wait=True)
+        except OSError:
+            pass
+
     def Popen(self, args, **kwargs) -> SessionProcess:
         """Start ``args`` in this sandbox; see :class:`SessionProcess`."""
         return SessionProcess(self, args, **kwargs)
@@ -397,6 +428,8 @@ class Sandbox:
         if self._server is None:
             return
         try:
+            if self._server.returncode is None:
+                _exited(self._server.pid, CLOSE_TIMEOUT)
             self._server.wait(timeout=CLOSE_TIMEOUT)
         except subprocess.TimeoutExpired:
             self._server.kill()
