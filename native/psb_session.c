@@ -362,16 +362,17 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
     /* Until the command is reaped its pid cannot be reused, so only the keeper signals
      * it: the server relays a signal as SIG_RELAY with the number in si_int. */
     unsigned long set = (1UL << (SIGCHLD - 1)) | (1UL << (SIG_RELAY - 1));
+    int none_left = 0;
     for (int alive = 1; alive;) {
         long r;
-        while ((r = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0) {
+        while ((r = sys6(NR_WAIT4, -1, (long)&st, WNOHANG | WALL, 0, 0, 0)) > 0) {
             if ((st & 0xff) == 0x7f)   /* a ptrace stop (PTRACE_TRACEME), not an exit */
                 sys6(NR_PTRACE, PTRACE_DETACH, r, 0, (st >> 8) & 0xff, 0, 0);
             else if (r == pid)
                 cst = st, alive = 0;
         }
         if (r == -ECHILD)
-            alive = 0;
+            alive = 0, none_left = 1;
         if (!alive)
             break;
         int info[32];
@@ -379,8 +380,11 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
         if (sig == SIG_RELAY && info[6] > 0 && info[6] < 65)
             sys6(NR_KILL, pid, info[6], 0, 0, 0, 0);
     }
-    /* The command is gone: so is everything it left behind. */
-    for (;;) {
+    /* The command is gone: so is everything it left behind. ECHILD above (__WALL: any
+     * child at all) means nothing is: every orphan of the command's tree is reparented
+     * to us (subreaper) before its parent can be reaped, so a descendant alive would be
+     * a child of ours, or below one. */
+    while (!none_left) {
         kill_subtree(self);
         long r = sys6(NR_WAIT4, -1, (long)&st, 0, 0, 0, 0);
         if (r == -ECHILD)
