@@ -9,9 +9,11 @@ command still gets a fresh sandbox (nothing of an earlier command's files in /tm
 processes or namespaces), with the setup off the critical path.
 
 Background threads (up to ``size``, at most ``STAGERS_PER_CPU`` a CPU) stage sandboxes in
-parallel until ``size`` are ready or being staged, ahead of demand: a take starts the
-next staging at once, never after the caller's command. Closing used sandboxes comes
-after staging: a thread closes one only when nothing is left to stage. ``close()`` ends
+parallel until ``size`` are ready or being staged, ahead of demand. While a ``run`` of
+the pool is in progress they wait, unless nothing is ready (then staging starts at once): their
+Python parts would hold the GIL the command's thread needs, and on a small machine their
+CPU too. Closing used sandboxes comes after staging, and waits while a command runs
+unless ``size`` are waiting to be closed. ``close()`` ends
 them all.
 
 When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
@@ -60,6 +62,7 @@ class Pool:
         self._error: BaseException | None = None
         self._closed = False
         self._staging = 0    # sandboxes being staged now
+        self._active = 0     # run() calls in progress (a Popen may live long: not counted)
         self._running = 0    # background threads not yet returned (under the lock)
         self._staged = self._taken = self._failures = 0
         self._stage_seconds = 0.0
@@ -78,10 +81,15 @@ class Pool:
                 if self._used:
                     return self._used.popleft()
                 return None
-            if self._error is None and len(self._ready) + self._staging < self.size:
+            # While a run() of the pool is in progress, staging and closing wait unless the pool
+            # would otherwise run dry (nothing ready) or hoard (``size`` used): their Python
+            # parts would hold the GIL the command's thread needs to collect its events.
+            busy = self._active > 0
+            if self._error is None and len(self._ready) + self._staging < self.size and \
+                    (not busy or not self._ready):
                 self._staging += 1
                 return "stage"
-            if self._used:
+            if self._used and (not busy or len(self._used) >= self.size):
                 return self._used.popleft()
             self._cv.wait()
 
@@ -122,8 +130,9 @@ class Pool:
                 self._ready.append(sb)
             self._cv.notify_all()
 
-    def _discard(self, sb: Sandbox) -> None:
+    def _discard(self, sb: Sandbox, ran: bool = False) -> None:
         with self._cv:
+            self._active -= ran
             if self._running:
                 self._used.append(sb)
                 self._cv.notify_all()
@@ -168,12 +177,15 @@ class Pool:
 
     def run(self, args, *, timeout: float | None = None, kill_grace: float = KILL_GRACE, **kwargs):
         """Run ``args`` in a fresh staged sandbox and discard it, as
-        :meth:`pysandbox.session.Sandbox.run`."""
+        :meth:`pysandbox.session.Sandbox.run`. While it runs the pool's threads stage
+        only if nothing is ready (see the module)."""
         sb = self._take()
+        with self._cv:
+            self._active += 1
         try:
             return sb.run(args, timeout=timeout, kill_grace=kill_grace, **kwargs)
         finally:
-            self._discard(sb)
+            self._discard(sb, ran=True)
 
     def stats(self) -> dict:
         with self._cv:
