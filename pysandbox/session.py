@@ -37,7 +37,7 @@ from ._popen import RemotePopen
 from .backends import landlock
 from .errors import NetworkModeUnsupported, PolicyError, Reason, SessionError
 from .execpath import exec_candidates
-from .lifecycle import KILL_GRACE
+from .lifecycle import KILL_GRACE, exited
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
 from .process import SandboxProcess, caller_directory, compiled, run_process
@@ -48,21 +48,6 @@ CLOSE_TIMEOUT = 5.0    # seconds for the sandbox to end once the socket is close
 
 _REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable", "umask",
             "process_group", "start_new_session")
-
-
-def _exited(pid: int, timeout: float) -> None:
-    """Until process ``pid`` (a child of ours, not reaped) has exited or ``timeout`` has
-    passed: woken by its pidfd at once, where subprocess's ``wait(timeout)`` would poll
-    with sleeps of up to 50 ms (a pool's threads close a sandbox after each command).
-    Without pidfds, returns at once (the caller's wait decides)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return
-    try:
-        select.select([fd], [], [], timeout)
-    finally:
-        os.close(fd)
 
 
 class _Command:
@@ -429,7 +414,7 @@ class Sandbox:
             return
         try:
             if self._server.returncode is None:
-                _exited(self._server.pid, CLOSE_TIMEOUT)
+                exited(self._server.pid, CLOSE_TIMEOUT)
             self._server.wait(timeout=CLOSE_TIMEOUT)
         except subprocess.TimeoutExpired:
             self._server.kill()
