@@ -15,6 +15,8 @@
  *     SPAWN  (1): A candidates, B argv strings, C env strings, D descriptors;
  *                 payload: D u32 target numbers, then NUL-terminated strings:
  *                 cwd, the exec candidates, argv, env
+ *     SPAWN_QUIET (3): as SPAWN, but the launcher gets no STARTED (it waits for the
+ *                 command's end only: run); FAILED and EXITED as for SPAWN
  *     SIGNAL (2): A the signal, sent to the command's process
  *   server -> launcher: events of 4 u32 words TYPE ID A B
  *     READY (0x10); STARTED (0x11, A = the command's pid in the sandbox);
@@ -100,6 +102,7 @@ PSB_START(psb_session_main);
 #define MAGIC 0x50534253u
 #define T_SPAWN 1
 #define T_SIGNAL 2
+#define T_SPAWN_QUIET 3   /* as SPAWN, but no STARTED to the launcher (run(): it waits for the end only) */
 #define E_READY 0x10
 #define E_STARTED 0x11
 #define E_FAILED 0x12
@@ -338,7 +341,7 @@ static void keeper_event(long rep, unsigned int type, unsigned int id, unsigned 
 }
 
 static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned int ncand, unsigned int nargv,
-                                            int nfds, const unsigned int *targets, long *fds)
+                                            int nfds, const unsigned int *targets, long *fds, int quiet)
 {
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
     sys6(NR_PRCTL, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0, 0);
@@ -358,7 +361,10 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
         keeper_event(rep, E_FAILED, id, cmd_err[0], cmd_err[1]);
         quit(0);
     }
-    keeper_event(rep, E_STARTED, id, (unsigned int)pid, 0);
+    if (quiet)
+        put_event(rep, E_STARTED, id, (unsigned int)pid, 0);   /* the server's state only */
+    else
+        keeper_event(rep, E_STARTED, id, (unsigned int)pid, 0);
     /* Until the command is reaped its pid cannot be reused, so only the keeper signals
      * it: the server relays a signal as SIG_RELAY with the number in si_int. */
     unsigned long set = (1UL << (SIGCHLD - 1)) | (1UL << (SIG_RELAY - 1));
@@ -515,7 +521,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
         for (int j = 0; j < MAX_CMDS; j++)
             if (cmds[j].rep >= 0)
                 sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
-        keeper(id, rp[1], ncand, nargv, nfds, targets, fds);
+        keeper(id, rp[1], ncand, nargv, nfds, targets, fds, h[1] == T_SPAWN_QUIET);
     }
     sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
     if (k < 0) {
@@ -553,7 +559,7 @@ static void frame(void)
         put_event(chan, E_ERROR, h[2], 1, 0);
         quit(0);
     }
-    if (h[1] == T_SPAWN) {
+    if (h[1] == T_SPAWN || h[1] == T_SPAWN_QUIET) {
         spawn(h, fds, nfds);
     } else if (h[1] == T_SIGNAL) {
         int k = find(h[2]);
@@ -563,7 +569,11 @@ static void frame(void)
             report(k);
         /* The keeper is not reaped before its report pipe is done with (reports are read
          * before children are reaped), so its pid is still its own here. */
-        if (k >= 0 && cmds[k].rep >= 0 && cmds[k].pid > 0 && !cmds[k].exited) {
+        if (k >= 0 && cmds[k].rep >= 0 && !cmds[k].exited) {
+            /* SIGKILL also before the STARTED (a quiet command's timeout may come first):
+             * the keeper dies, and the command with it (PR_SET_PDEATHSIG, or end_orphans
+             * if it had not set it yet); reported as EXITED by SIGKILL. Other signals
+             * wait for the command to exist. */
             if (h[3] == SIGKILL) {
                 /* Ending a command never waits for its keeper's cooperation: the
                  * command may have stopped it (SIGSTOP), traced it, or made it block
@@ -578,7 +588,7 @@ static void frame(void)
                 for (int i = 0; i < END_ROUNDS && cmds[k].rep >= 0; i++)
                     if (sys6(NR_POLL, (long)&p, 1, 1, 0, 0, 0) > 0)
                         report(k);
-            } else {
+            } else if (cmds[k].pid > 0) {
                 int info[32] = { SIG_RELAY, 0, -1 /* SI_QUEUE */ };
                 info[6] = (int)h[3];
                 sys6(NR_RT_SIGQUEUEINFO, cmds[k].keeper, SIG_RELAY, (long)info, 0, 0, 0);
@@ -624,8 +634,8 @@ static void report(int k)
     end_orphans();
     if (cmds[k].pid)
         put_event(chan, E_STARTED, cmds[k].id, (unsigned int)cmds[k].pid, 0);
-    put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : ECHILD,
-              cmds[k].pid ? 0 : PSB_TAIL_FORK);
+    int ended = cmds[k].pid || cmds[k].killed;   /* killed by us before it started: SIGKILL too */
+    put_event(chan, ended ? E_EXITED : E_FAILED, cmds[k].id, ended ? SIGKILL : ECHILD, ended ? 0 : PSB_TAIL_FORK);
 }
 
 void __attribute__((noreturn, used)) psb_session_main(long *sp)

@@ -182,9 +182,15 @@ class _RemoteChild:
         return os.waitstatus_to_exitcode(status)
 
     def wait_status(self, timeout):
-        if self.cmd.status is None:
-            self.channel.wait_for(lambda: self.cmd.status is not None, timeout)
-        return self.cmd.status
+        """The raw wait status, None while it runs. A quiet command (Sandbox.run) learns
+        here that it could not start: raised as ``started`` raises it."""
+        cmd = self.cmd
+        if cmd.status is None:
+            self.channel.wait_for(lambda: cmd.status is not None or cmd.failed is not None, timeout)
+        if cmd.status is None and cmd.failed is not None:
+            cmd.status = 127 << 8   # raised once, below; a later poll (__exit__, __del__) sees it ended
+            self.started()
+        return cmd.status
 
     def signal(self, sig: int) -> None:
         if self.cmd.status is None and self.channel.lost is None:
@@ -214,7 +220,8 @@ class SessionProcess(RemotePopen):
             as subprocess raises them.
     """
 
-    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), _deferred=False, **kwargs):
+    def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), _deferred=False,
+                 _quiet=False, **kwargs):
         for bad in _REFUSED:
             if kwargs.get(bad) not in (None, False):
                 raise PolicyError(f"{bad}= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS, bad)
@@ -235,11 +242,15 @@ class SessionProcess(RemotePopen):
         # deferred (asyncio): the constructor returns once the command was sent; the
         # caller awaits its STARTED (``session.started``) before using ``pid``.
         self._deferred = _deferred
+        # quiet (Sandbox.run): no STARTED at all; the command's end, or its failure to
+        # start, comes with wait (one event, one wake-up of this thread); pid stays None.
+        self._quiet = _quiet
         super().__init__(argv, **kwargs)
 
     def _start_child(self, argv, stdin, stdout, stderr):
         return self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
-                                   [0, 1, 2, *self._fds], wait=not self._deferred)
+                                   [0, 1, 2, *self._fds], wait=not (self._deferred or self._quiet),
+                                   quiet=self._quiet)
 
     def forward_signal(self, sig) -> None:
         """As :meth:`pysandbox.SandboxProcess.forward_signal`: ``sig`` to the command."""
@@ -345,7 +356,7 @@ class Sandbox:
             return caller_directory(self.plan).chdir if self._caller_start else self.plan.chdir
         return sandbox_cwd(cwd, self.plan.chdir)
 
-    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True) -> _RemoteChild:
+    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, quiet: bool = False) -> _RemoteChild:
         ch = self.channel
         if self._closed:
             raise SessionError("the session is closed", Reason.SESSION_CLOSED)
@@ -354,7 +365,7 @@ class Sandbox:
         try:
             frame_args = (cwd, exec_candidates(argv[0], env.get("PATH"), cwd), argv, env, targets)
             cid = next(ch.ids)
-            frame = W.spawn_frame(cid, *frame_args)
+            frame = W.spawn_frame(cid, *frame_args, quiet=quiet)
         except ValueError as exc:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
         cmd = _Command()
@@ -392,7 +403,7 @@ class Sandbox:
         """Run ``args`` in this sandbox and wait, as :func:`pysandbox.run`: a timeout
         sends SIGTERM, and ``kill_grace`` seconds later ends the command and all its
         descendants; the session lives on."""
-        return run_process(lambda **kw: SessionProcess(self, args, **kw), input=input,
+        return run_process(lambda **kw: SessionProcess(self, args, _quiet=True, **kw), input=input,
                            capture_output=capture_output, timeout=timeout, check=check,
                            kill_grace=kill_grace, kwargs=kwargs)
 
