@@ -7,8 +7,8 @@
 
 Contenders (each launches /bin/true; see contenders.py): plain spawn, the floor
 program, pysandbox native, pysandbox's bwrap backend, raw bwrap. Sections: launch
-latency (network deny and allow), mount scaling, throughput, 5,000 back-to-back
-launches, start-up (startup.py: whole command lines next to bwrap and to `python -I -c pass`),
+latency (network deny and allow), mount scaling, throughput (throughput.py: one-shot, session and
+pool from the same threads), 5,000 back-to-back launches, start-up (startup.py: whole command lines next to bwrap and to `python -I -c pass`),
 memory; and (sessions.py) commands in a live session, a warm pool, asyncio batches, a session soak;
 and (proxy.py) the latency and throughput the egress proxy adds to a request, (proxy_launch.py) what
 network proxy mode adds to a launch; (bwrap_lines.py) bwrap command lines with thousands of
@@ -38,21 +38,21 @@ import proxy as P  # noqa: E402
 import proxy_launch as PL  # noqa: E402
 import sessions as S  # noqa: E402
 import startup as U  # noqa: E402
+import throughput as T  # noqa: E402
 from bwrap_lines import section_bwrap_lines  # noqa: E402
 from measure import Summary, ms, ratio  # noqa: E402
 
 FULL = dict(launch_rounds=400, ballast_mib=(0, 256, 1024), bind_counts=(0, 10, 100, 400, 1000),
             threads=(1, 2, 4), per_thread=150, soak=5000, soak_chunk=1000, startup_rounds=20,
             cow_objects=200_000, session_rounds=1000, pool_rounds=300, refill_n=50, aio_reps=7,
-            session_soak=10_000, pool_soak=1000, proxy_rounds=400, proxy_big_mib=64, time_budget=900,
+            session_soak=10_000, pool_soak=1000, back_to_back=500, proxy_rounds=400, proxy_big_mib=64, time_budget=900,
             line_binds=(100, 1000, 2500))
 QUICK = dict(launch_rounds=8, ballast_mib=(0, 64), bind_counts=(0, 10, 100), threads=(1, 2),
              per_thread=4, soak=300, soak_chunk=60, startup_rounds=2, cow_objects=20_000, session_rounds=60,
-             pool_rounds=20, refill_n=8, aio_reps=1, session_soak=500, pool_soak=100, proxy_rounds=20,
+             pool_rounds=20, refill_n=8, aio_reps=1, session_soak=500, pool_soak=100, back_to_back=20, proxy_rounds=20,
              proxy_big_mib=4, time_budget=50, line_binds=(10, 100))
 LAUNCH_NAMES = ("plain", "floor", "native", "bwrap-backend", "bwrap")
 MOUNT_NAMES = ("floor", "native", "bwrap-backend", "bwrap")
-THROUGHPUT_NAMES = ("plain", "native", "bwrap-backend", "bwrap")
 
 
 class Report:
@@ -215,23 +215,7 @@ def section_mounts(report: Report, cfg: dict, deadline: float) -> None:
 
 
 def section_throughput(report: Report, cfg: dict, deadline: float) -> None:
-    threads = cfg["threads"]
-    report.out(f"## Throughput: launches/s with {', '.join(map(str, threads))} threads "
-               f"({cfg['per_thread']} launches a thread, network deny)")
-    report.out()
-    rows = []
-    rates: dict = {}
-    pool = [c for c in (available(report, name, "deny") for name in THROUGHPUT_NAMES) if c]
-    for t in threads:
-        for c in pool:
-            if time.monotonic() > deadline:
-                break
-            rates[(c.name, t)] = M.threaded_rate(c.launch, t, cfg["per_thread"])
-    for c in pool:
-        rows.append([c.name] + [f"{rates[(c.name, t)]:.0f}" if (c.name, t) in rates else "n/a"
-                                for t in threads])
-    report.results["throughput"] = {f"{k[0]}/{k[1]}": v for k, v in rates.items()}
-    report.table(["contender"] + [f"{t} thread{'s' if t > 1 else ''}" for t in threads], rows)
+    T.section_throughput(report, cfg, deadline, available)
 
 
 def section_soak(report: Report, cfg: dict, deadline: float) -> None:

@@ -15,6 +15,8 @@
  *     SPAWN  (1): A candidates, B argv strings, C env strings, D descriptors;
  *                 payload: D u32 target numbers, then NUL-terminated strings:
  *                 cwd, the exec candidates, argv, env
+ *     SPAWN_QUIET (4): as SPAWN, but the launcher gets no STARTED (it waits for the
+ *                 command's end only: run); FAILED and EXITED as for SPAWN
  *     SIGNAL (2): A the signal, sent to the command's process
  *     LIMITS (3): the next SPAWN's rlimits (native/psb_session_limits.h)
  *   server -> launcher: events of 4 u32 words TYPE ID A B
@@ -24,10 +26,16 @@
  *     EXITED (0x13, A = raw wait status); ERROR (0x14, A = code) and the server exits.
  *
  * Signals for a command go through its keeper (SIG_RELAY), which alone can know the
- * command is not yet reaped.
+ * command is not yet reaped. A command's STARTED, FAILED and EXITED come from its keeper,
+ * which writes them to the server (a pipe: its state) and then to the channel itself
+ * (no relay); the server repeats one the keeper may have died before sending, so the
+ * launcher ignores a STARTED for a command that has its pid and any event for an id it
+ * no longer waits for.
  *
  * Per command: the server forks a keeper, a child subreaper that dies with the server;
- * the keeper forks the command (new session, die-with-keeper, the frame's descriptors
+ * the keeper starts the command with vfork semantics (clone CLONE_VM|CLONE_VFORK on a
+ * stack of its own: no copy of page tables; the keeper sleeps until the exec or the
+ * exit, and a setup error comes back in its memory) (new session, die-with-keeper, the frame's descriptors
  * on their targets and nothing else, signals unblocked, chdir, exec of the candidates
  * in order, as execvp). When the command ends, the keeper SIGKILLs every process left
  * in its subtree (orphans reparent to it, setsid or not), reaps them, and only then
@@ -97,6 +105,7 @@ PSB_START(psb_session_main);
 #define MAGIC 0x50534253u
 #define T_SPAWN 1
 #define T_SIGNAL 2
+#define T_SPAWN_QUIET 4   /* as SPAWN, but no STARTED to the launcher (run(): it waits for the end only) */
 #define E_READY 0x10
 #define E_STARTED 0x11
 #define E_FAILED 0x12
@@ -117,7 +126,9 @@ struct msghdr {
 struct cmsghdr { unsigned long len; int level, type; };
 struct pollfd { int fd; short events, revents; };
 
-struct cmd { unsigned int id; long keeper, pid; int rep; int exited; };
+/* last: the keeper's last event (it went to the launcher straight from the keeper too);
+ * killed: the server SIGKILLed this keeper (it may have died between its two writes). */
+struct cmd { unsigned int id; long keeper, pid; int rep; int exited; int killed; unsigned int last[4]; };
 
 static struct cmd cmds[MAX_CMDS];
 static struct pollfd pfds[MAX_CMDS + 2];
@@ -223,39 +234,48 @@ static void kill_subtree(long self)
     }
 }
 
-static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int nargv, int nfds,
-                                             const unsigned int *targets, long *fds, long errw)
+/* The command's setup failure, written by the command's process (a CLONE_VM|CLONE_VFORK
+ * child: the keeper's memory until exec) before it exits; read by the keeper once
+ * vfork returns. step 0: the exec succeeded. */
+static volatile unsigned int cmd_err[2];
+
+struct cmd_args { unsigned int ncand, nargv; int nfds; const unsigned int *targets; const long *fds; };
+
+static void __attribute__((noreturn)) cmd_fail(unsigned int err, unsigned int step)
 {
+    cmd_err[0] = err, cmd_err[1] = step;
+    for (;;)
+        sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+}
+
+/* Runs on its own stack in the keeper's memory (vfork_call): writes only its own
+ * locals and cmd_err; the keeper's fds stay as they were. */
+static void __attribute__((noreturn, used)) command(struct cmd_args *a)
+{
+    unsigned int ncand = a->ncand, nargv = a->nargv;
+    int nfds = a->nfds;
+    const unsigned int *targets = a->targets;
+    long fds[MAX_FDS];
     unsigned long none = 0;
     sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
     long cg = session_limits_enter();   /* native/psb_session_limits.h */
-    if (cg < 0) {
-        unsigned int rec[2] = { (unsigned int)-cg, PSB_TAIL_CGROUP };
-        sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
-        for (;;)
-            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
-    }
+    if (cg < 0)
+        cmd_fail((unsigned int)-cg, PSB_TAIL_CGROUP);
     /* Every received descriptor above every target, then onto its target; then nothing
-     * else stays open (the error pipe is close-on-exec). */
+     * else stays open. */
     long maxt = 2;
     for (int k = 0; k < nfds; k++) {
-        long hi = sys6(NR_FCNTL, fds[k], F_DUPFD_CLOEXEC, HIGH_FD + k, 0, 0, 0);
+        long hi = sys6(NR_FCNTL, a->fds[k], F_DUPFD_CLOEXEC, HIGH_FD + k, 0, 0, 0);
         if (hi < 0)
-            goto bad_fds;
+            cmd_fail(9 /* EBADF */, PSB_TAIL_FDS);
         fds[k] = hi;
         if ((long)targets[k] > maxt)
             maxt = targets[k];
     }
-    if (errw < HIGH_FD + MAX_FDS) {
-        long e2 = sys6(NR_FCNTL, errw, F_DUPFD_CLOEXEC, HIGH_FD + MAX_FDS, 0, 0, 0);
-        if (e2 < 0)
-            goto bad_fds;
-        errw = e2;
-    }
     for (int k = 0; k < nfds; k++)
         if (sys6(NR_DUP2, fds[k], targets[k], 0, 0, 0, 0) < 0)
-            goto bad_fds;
+            cmd_fail(9, PSB_TAIL_FDS);
     for (long fd = 0; fd <= maxt; fd++) {
         int keep = 0;
         for (int k = 0; k < nfds; k++)
@@ -263,10 +283,8 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
         if (!keep)
             sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
     }
-    sys6(NR_CLOSE_RANGE, maxt + 1, errw - 1, 0, 0, 0, 0);
-    sys6(NR_CLOSE_RANGE, errw + 1, ~0U, 0, 0, 0, 0);
+    sys6(NR_CLOSE_RANGE, maxt + 1, ~0U, 0, 0, 0, 0);
     sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&none, 0, 8, 0, 0);
-    unsigned int rec[2];
     /* A Landlock domain of its own (native/psb_landlock.h): nothing it starts can reach
      * us, the keepers or the server, whatever capabilities the policy leaves it. No
      * domain: as before (the server and keepers are undumpable). */
@@ -274,93 +292,104 @@ static void __attribute__((noreturn)) command(unsigned int ncand, unsigned int n
      * the kernel has it (pysandbox/backends/landlock.py). */
     unsigned int rl_index = 0;
     long r = session_limits_apply(&rl_index);   /* native/psb_session_limits.h */
-    if (r < 0) {
-        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_RLIMIT | rl_index << 16;
-        sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
-        for (;;)
-            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
-    }
+    if (r < 0)
+        cmd_fail((unsigned int)-r, PSB_TAIL_RLIMIT | rl_index << 16);
     r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
-    if (r < 0) {
-        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_LANDLOCK;
-        sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
-        for (;;)
-            sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
-    }
+    if (r < 0)
+        cmd_fail((unsigned int)-r, PSB_TAIL_LANDLOCK);
     r = sys6(NR_CHDIR, (long)strs[0], 0, 0, 0, 0, 0);
-    if (r < 0) {
-        rec[0] = (unsigned int)-r, rec[1] = PSB_TAIL_CHDIR;
-    } else {
-        char **argv = strs + 1 + ncand, **envp = strs + 1 + ncand + nargv + 1;
-        /* The candidates, back to back in the payload, tried as the one-shot launch does
-         * (native/psb_tail.h psb_tail_exec). A name with a '/' (pysandbox/execpath.py: not
-         * searched) reports its own error. */
-        int searched = 1;
-        for (const char *c = argv[0]; *c; c++)
-            if (*c == '/')
-                searched = 0;
-        long err = -psb_tail_exec(strs[1], ncand, searched, argv, envp);
-        rec[0] = (unsigned int)err, rec[1] = PSB_TAIL_EXEC;
-    }
-    sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
-    for (;;)
-        sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
-bad_fds:
-    rec[0] = 9 /* EBADF */, rec[1] = PSB_TAIL_FDS;
-    sys6(NR_WRITE, errw, (long)rec, sizeof rec, 0, 0, 0);
-    for (;;)
-        sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
+    if (r < 0)
+        cmd_fail((unsigned int)-r, PSB_TAIL_CHDIR);
+    char **argv = strs + 1 + ncand, **envp = strs + 1 + ncand + nargv + 1;
+    /* The candidates, back to back in the payload, tried as the one-shot launch does
+     * (native/psb_tail.h psb_tail_exec). A name with a '/' (pysandbox/execpath.py: not
+     * searched) reports its own error. */
+    int searched = 1;
+    for (const char *c = argv[0]; *c; c++)
+        if (*c == '/')
+            searched = 0;
+    cmd_fail((unsigned int)-psb_tail_exec(strs[1], ncand, searched, argv, envp), PSB_TAIL_EXEC);
+}
+
+/* clone(CLONE_VM|CLONE_VFORK|SIGCHLD) with the child on `stack_top`, calling fn(arg)
+ * there (it never returns): the keeper sleeps until the command's exec or exit,
+ * without copying its page tables (posix_spawn's way). The child's registers are the
+ * parent's but rax and rsp, so fn and arg ride in r12/r13. */
+#define CLONE_VM 0x100
+#define CLONE_VFORK 0x4000
+static long vfork_call(void (*fn)(struct cmd_args *), struct cmd_args *arg, void *stack_top)
+{
+    long ret;
+    register long r10 __asm__("r10") = 0;
+    register long r8 __asm__("r8") = 0;
+    register void *r12 __asm__("r12") = (void *)fn;
+    register void *r13 __asm__("r13") = arg;
+    __asm__ volatile("syscall\n\t"
+                     "test %%rax, %%rax\n\t"
+                     "jnz 1f\n\t"
+                     "xor %%ebp, %%ebp\n\t"
+                     "mov %%r13, %%rdi\n\t"
+                     "call *%%r12\n\t"
+                     "hlt\n"
+                     "1:"
+                     : "=a"(ret)
+                     : "0"((long)__NR_clone), "D"((long)(CLONE_VM | CLONE_VFORK | SIGCHLD)), "S"(stack_top),
+                       "d"(0L), "r"(r10), "r"(r8), "r"(r12), "r"(r13)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+static char cmd_stack[256 * 1024] __attribute__((aligned(16)));
+
+/* An event to the launcher, straight (chan: no relay through the server) and to the
+ * server (rep: its state for SIGNAL and for a keeper that dies early), the server's
+ * first: once the launcher has it, the server has it too. */
+static void keeper_event(long rep, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
+{
+    put_event(rep, type, id, a, b);
+    put_event(chan, type, id, a, b);
 }
 
 static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned int ncand, unsigned int nargv,
-                                            int nfds, const unsigned int *targets, long *fds)
+                                            int nfds, const unsigned int *targets, long *fds, int quiet)
 {
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
     sys6(NR_PRCTL, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0, 0);
     long self = sys6(NR_GETPID, 0, 0, 0, 0, 0, 0);
-    int ep[2];
-    long pe = sys6(NR_PIPE2, (long)ep, O_CLOEXEC, 0, 0, 0, 0);
-    if (pe < 0) {
-        put_event(rep, E_FAILED, id, (unsigned int)-pe, PSB_TAIL_FORK);
-        quit(0);
-    }
-    long pid = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
-    if (pid == 0) {
-        sys6(NR_CLOSE, rep, 0, 0, 0, 0, 0);
-        sys6(NR_CLOSE, ep[0], 0, 0, 0, 0, 0);
-        command(ncand, nargv, nfds, targets, fds, ep[1]);
-    }
+    struct cmd_args args = { ncand, nargv, nfds, targets, fds };
+    cmd_err[0] = cmd_err[1] = 0;
+    long pid = vfork_call(command, &args, cmd_stack + sizeof cmd_stack);
     for (int k = 0; k < nfds; k++)
         sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
     session_limits_forked();   /* the command's cgroup descriptors are its own only */
-    sys6(NR_CLOSE, ep[1], 0, 0, 0, 0, 0);
     if (pid < 0) {
-        put_event(rep, E_FAILED, id, (unsigned int)-pid, PSB_TAIL_FORK);
+        keeper_event(rep, E_FAILED, id, (unsigned int)-pid, PSB_TAIL_FORK);
         quit(0);
     }
-    unsigned int rec[2];
-    int failed = read_full(ep[0], (char *)rec, sizeof rec) == 0;
-    sys6(NR_CLOSE, ep[0], 0, 0, 0, 0, 0);
     int st = 0, cst = 0;
-    if (failed) {
+    if (cmd_err[1]) {
         sys6(NR_WAIT4, pid, (long)&st, 0, 0, 0, 0);
-        put_event(rep, E_FAILED, id, rec[0], rec[1]);
+        keeper_event(rep, E_FAILED, id, cmd_err[0], cmd_err[1]);
         quit(0);
     }
-    put_event(rep, E_STARTED, id, (unsigned int)pid, 0);
+    if (quiet)
+        put_event(rep, E_STARTED, id, (unsigned int)pid, 0);   /* the server's state only */
+    else
+        keeper_event(rep, E_STARTED, id, (unsigned int)pid, 0);
     /* Until the command is reaped its pid cannot be reused, so only the keeper signals
      * it: the server relays a signal as SIG_RELAY with the number in si_int. */
     unsigned long set = (1UL << (SIGCHLD - 1)) | (1UL << (SIG_RELAY - 1));
+    int none_left = 0;
     for (int alive = 1; alive;) {
         long r;
-        while ((r = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0) {
+        while ((r = sys6(NR_WAIT4, -1, (long)&st, WNOHANG | WALL, 0, 0, 0)) > 0) {
             if ((st & 0xff) == 0x7f)   /* a ptrace stop (PTRACE_TRACEME), not an exit */
                 sys6(NR_PTRACE, PTRACE_DETACH, r, 0, (st >> 8) & 0xff, 0, 0);
             else if (r == pid)
                 cst = st, alive = 0;
         }
         if (r == -ECHILD)
-            alive = 0;
+            alive = 0, none_left = 1;
         if (!alive)
             break;
         int info[32];
@@ -368,14 +397,17 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
         if (sig == SIG_RELAY && info[6] > 0 && info[6] < 65)
             sys6(NR_KILL, pid, info[6], 0, 0, 0, 0);
     }
-    /* The command is gone: so is everything it left behind. */
-    for (;;) {
+    /* The command is gone: so is everything it left behind. ECHILD above (__WALL: any
+     * child at all) means nothing is: every orphan of the command's tree is reparented
+     * to us (subreaper) before its parent can be reaped, so a descendant alive would be
+     * a child of ours, or below one. */
+    while (!none_left) {
         kill_subtree(self);
         long r = sys6(NR_WAIT4, -1, (long)&st, 0, 0, 0, 0);
         if (r == -ECHILD)
             break;
     }
-    put_event(rep, E_EXITED, id, (unsigned int)cst, 0);
+    keeper_event(rep, E_EXITED, id, (unsigned int)cst, 0);
     quit(0);
 }
 
@@ -498,13 +530,13 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
     if (k == 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
         /* The server's descriptors, from its table (not the poll array, whose entries may
-         * name descriptors closed and reused since the poll). */
-        sys6(NR_CLOSE, chan, 0, 0, 0, 0, 0);
+         * name descriptors closed and reused since the poll), but the channel: the keeper
+         * reports to the launcher itself (keeper_event). */
         sys6(NR_CLOSE, sigfd, 0, 0, 0, 0, 0);
         for (int j = 0; j < MAX_CMDS; j++)
             if (cmds[j].rep >= 0)
                 sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
-        keeper(id, rp[1], ncand, nargv, nfds, targets, fds);
+        keeper(id, rp[1], ncand, nargv, nfds, targets, fds, h[1] == T_SPAWN_QUIET);
     }
     session_limits_forked();
     sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
@@ -513,7 +545,7 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
         put_event(chan, E_FAILED, id, (unsigned int)-k, PSB_TAIL_FORK);
         return;
     }
-    cmds[slot] = (struct cmd){ id, k, 0, rp[0], 0 };
+    cmds[slot] = (struct cmd){ id, k, 0, rp[0], 0, 0, { 0 } };
 }
 
 static void report(int k);
@@ -546,13 +578,21 @@ static void frame(void)
     if (h[1] == T_LIMITS) {
         if (session_limits_take(h, payload, fds, nfds) < 0)
             put_event(chan, E_FAILED, h[2], 22 /* EINVAL */, PSB_TAIL_RLIMIT);
-    } else if (h[1] == T_SPAWN) {
+    } else if (h[1] == T_SPAWN || h[1] == T_SPAWN_QUIET) {
         spawn(h, fds, nfds);
     } else if (h[1] == T_SIGNAL) {
         int k = find(h[2]);
+        /* The launcher may have the keeper's STARTED (or EXITED) before our poll saw it:
+         * the keeper wrote it to us first (keeper_event), so it is in the pipe. */
+        if (k >= 0)
+            report(k);
         /* The keeper is not reaped before its report pipe is done with (reports are read
          * before children are reaped), so its pid is still its own here. */
-        if (k >= 0 && cmds[k].pid > 0 && !cmds[k].exited) {
+        if (k >= 0 && cmds[k].rep >= 0 && !cmds[k].exited) {
+            /* SIGKILL also before the STARTED (a quiet command's timeout may come first):
+             * the keeper dies, and the command with it (PR_SET_PDEATHSIG, or end_orphans
+             * if it had not set it yet); reported as EXITED by SIGKILL. Other signals
+             * wait for the command to exist. */
             if (h[3] == SIGKILL) {
                 /* Ending a command never waits for its keeper's cooperation: the
                  * command may have stopped it (SIGSTOP), traced it, or made it block
@@ -562,11 +602,12 @@ static void frame(void)
                  * not wait for the exit (a cancelled asyncio run) and starts another
                  * command finds nothing of this one. */
                 sys6(NR_KILL, cmds[k].keeper, SIGKILL, 0, 0, 0, 0);
+                cmds[k].killed = 1;
                 struct pollfd p = { cmds[k].rep, POLLIN, 0 };
                 for (int i = 0; i < END_ROUNDS && cmds[k].rep >= 0; i++)
                     if (sys6(NR_POLL, (long)&p, 1, 1, 0, 0, 0) > 0)
                         report(k);
-            } else {
+            } else if (cmds[k].pid > 0) {
                 int info[32] = { SIG_RELAY, 0, -1 /* SI_QUEUE */ };
                 info[6] = (int)h[3];
                 sys6(NR_RT_SIGQUEUEINFO, cmds[k].keeper, SIG_RELAY, (long)info, 0, 0, 0);
@@ -581,7 +622,8 @@ static void report(int k)
 {
     unsigned int ev[4];
     long r;
-    /* Every event there is (the pipe is non-blocking): the keeper may be reaped next. */
+    /* Every event there is (the pipe is non-blocking): the keeper may be reaped next.
+     * The keeper sent each to the launcher itself (keeper_event): here only our state. */
     while ((r = sys6(NR_READ, cmds[k].rep, (long)ev, sizeof ev, 0, 0, 0)) == sizeof ev || r == -EINTR) {
         if (r == -EINTR)
             continue;
@@ -589,21 +631,30 @@ static void report(int k)
             cmds[k].pid = ev[2];
         if (ev[0] == E_EXITED || ev[0] == E_FAILED)
             cmds[k].exited = 1;
-        put_event(chan, ev[0], ev[1], ev[2], ev[3]);
+        for (int i = 0; i < 4; i++)
+            cmds[k].last[i] = ev[i];
     }
     if (r == -EAGAIN)
         return;
     sys6(NR_CLOSE, cmds[k].rep, 0, 0, 0, 0, 0);
     cmds[k].rep = -1;
-    if (cmds[k].exited)
+    /* A keeper we SIGKILLed may have died between its write to us and its write to the
+     * launcher: the last event again (the launcher ignores a repeat). */
+    if (cmds[k].exited) {
+        if (cmds[k].killed)
+            put_event(chan, cmds[k].last[0], cmds[k].last[1], cmds[k].last[2], cmds[k].last[3]);
         return;
+    }
     /* The keeper died before it reported (killed by the command, or by us on the
      * launcher's SIGKILL): its whole tree ends (its pipe closes before its children
      * are handed to us: end_orphans waits for the keeper itself too), then SIGKILL
-     * is reported. */
+     * is reported; after its STARTED again, which the keeper may not have sent the
+     * launcher before it died (a repeat is ignored). */
     end_orphans();
-    put_event(chan, cmds[k].pid ? E_EXITED : E_FAILED, cmds[k].id, cmds[k].pid ? SIGKILL : ECHILD,
-              cmds[k].pid ? 0 : PSB_TAIL_FORK);
+    if (cmds[k].pid)
+        put_event(chan, E_STARTED, cmds[k].id, (unsigned int)cmds[k].pid, 0);
+    int ended = cmds[k].pid || cmds[k].killed;   /* killed by us before it started: SIGKILL too */
+    put_event(chan, ended ? E_EXITED : E_FAILED, cmds[k].id, ended ? SIGKILL : ECHILD, ended ? 0 : PSB_TAIL_FORK);
 }
 
 void __attribute__((noreturn, used)) psb_session_main(long *sp)

@@ -4,10 +4,13 @@
 - :func:`stop`: SIGTERM to the command, then, if it has not ended ``grace`` seconds
   later, SIGKILL to the whole sandbox (every descendant dies with its pid namespace).
 - :func:`exit_status`: a returncode as a shell reports it (128+N for signal N).
+- :func:`exited`: until a child process has exited (its pidfd), bounded.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
@@ -40,3 +43,19 @@ def exit_status(returncode: int) -> int:
     """The exit status a shell gives a command that ended with ``returncode``: its own,
     or 128+N when signal N killed it (returncode -N)."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def exited(pid: int, timeout: float) -> None:
+    """Until process ``pid`` (a child of ours, not reaped) has exited or ``timeout`` has
+    passed: woken by its pidfd at once, where subprocess's ``wait(timeout)`` would poll
+    with sleeps of up to 50 ms (``Sandbox.close``, pysandbox/session.py: a pool's threads
+    close a sandbox after each command). Without pidfds, returns at once (the caller's
+    wait decides)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)

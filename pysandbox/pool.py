@@ -1,11 +1,20 @@
 """A warm pool of one-shot sandboxes: ``Pool(policy, size=N)``.
 
 Each sandbox is a session (pysandbox/session.py) staged in the background up to the
-point of exec: namespaces made, mounts done, the server waiting. ``pool.run(argv)``
-takes one, runs exactly one command in it and discards it, so every command still
-gets a fresh sandbox (nothing of an earlier command's files in /tmp, processes or
-namespaces), with the setup off the critical path. A background thread keeps ``size``
-sandboxes ready and closes used ones; ``close()`` ends both.
+point of exec: namespaces made, mounts done, the server waiting, and warmed
+(``Sandbox.warm``: the server's first fork and the launcher's environment cache done
+while staging, so the first command in it costs what a later one would).
+``pool.run(argv)`` takes one, runs exactly one command in it and discards it, so every
+command still gets a fresh sandbox (nothing of an earlier command's files in /tmp,
+processes or namespaces), with the setup off the critical path.
+
+Background threads (up to ``size``, at most ``STAGERS_PER_CPU`` a CPU) stage sandboxes in
+parallel until ``size`` are ready or being staged, ahead of demand. While a ``run`` of
+the pool is in progress they wait, unless nothing is ready (then staging starts at once): their
+Python parts would hold the GIL the command's thread needs, and on a small machine their
+CPU too. Closing used sandboxes comes after staging, and waits while a command runs
+unless ``size`` are waiting to be closed. ``close()`` ends
+them all.
 
 When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
 next one; if the refill fails (the backend cannot run here) the error is raised to
@@ -15,6 +24,7 @@ the caller rather than retried in a loop.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 
@@ -24,12 +34,14 @@ from .policy import Policy
 from .session import Sandbox, SessionProcess
 
 TAKE_TIMEOUT = 60.0   # seconds a caller waits for a staged sandbox
+STAGERS_PER_CPU = 2   # staging threads a CPU at most (each mostly waits for the kernel)
 
 
 class Pool:
     """Up to ``size`` staged sandboxes of ``policy`` on ``backend``; see the module.
 
-    ``stats()``: staged, used, failed refills, and the mean seconds to stage one.
+    ``stats()``: ready now, being staged now, staged, used, failed refills, and the mean
+    seconds to stage one.
 
     Raises (from the constructor):
         PolicyError: a bad ``size``.
@@ -52,46 +64,79 @@ class Pool:
         self._used: collections.deque[Sandbox] = collections.deque()
         self._error: BaseException | None = None
         self._closed = False
-        self._done = False   # the background thread has returned (set under the lock)
+        self._staging = 0    # sandboxes being staged now
+        self._active = 0     # run() calls in progress (a Popen may live long: not counted)
+        self._running = 0    # background threads not yet returned (under the lock)
         self._staged = self._taken = self._failures = 0
         self._stage_seconds = 0.0
-        self._thread = threading.Thread(target=self._work, name="pysandbox-pool", daemon=True)
-        self._thread.start()
+        workers = min(size, STAGERS_PER_CPU * (os.cpu_count() or 1))
+        self._threads = [threading.Thread(target=self._work, name=f"pysandbox-pool-{i}", daemon=True)
+                         for i in range(workers)]
+        self._running = workers
+        for t in self._threads:
+            t.start()
 
     # ---------------------------------------------------------------- background
+    def _next_job(self):
+        """Under the lock: "stage", a used sandbox to close, or None (the thread ends)."""
+        while True:
+            if self._closed:
+                if self._used:
+                    return self._used.popleft()
+                return None
+            # While a run() of the pool is in progress, staging and closing wait unless the pool
+            # would otherwise run dry (nothing ready) or hoard (``size`` used): their Python
+            # parts would hold the GIL the command's thread needs to collect its events.
+            busy = self._active > 0
+            if self._error is None and len(self._ready) + self._staging < self.size and \
+                    (not busy or not self._ready):
+                self._staging += 1
+                return "stage"
+            if self._used and (not busy or len(self._used) >= self.size):
+                return self._used.popleft()
+            self._cv.wait()
+
     def _work(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and not self._used and (len(self._ready) >= self.size
-                                                               or self._error is not None):
-                    self._cv.wait()
-                if self._closed and not self._used:
-                    self._done = True
-                    return
-                used = self._used.popleft() if self._used else None
-            if used is not None:
-                used.close()
-                continue
-            t0 = time.monotonic()
-            try:
-                sb = Sandbox(self.policy, self.backend, caller_directory=self._caller_start)
-            except BaseException as exc:   # noqa: BLE001 - handed to the callers
-                with self._cv:
-                    self._error, self._failures = exc, self._failures + 1
+                job = self._next_job()
+                if job is None:
+                    self._running -= 1
                     self._cv.notify_all()
+                    return
+            if job != "stage":
+                job.close()
                 continue
-            with self._cv:
-                self._staged += 1
-                self._stage_seconds += time.monotonic() - t0
-                if self._closed:
-                    self._used.append(sb)
-                else:
-                    self._ready.append(sb)
-                self._cv.notify_all()
+            self._stage_one()
 
-    def _discard(self, sb: Sandbox) -> None:
+    def _stage_one(self) -> None:
+        t0 = time.monotonic()
+        sb = None
+        try:
+            sb = Sandbox(self.policy, self.backend, caller_directory=self._caller_start)
+            sb.warm()
+        except BaseException as exc:   # noqa: BLE001 - handed to the callers
+            with self._cv:
+                self._staging -= 1
+                self._error, self._failures = exc, self._failures + 1
+                if sb is not None:
+                    self._used.append(sb)
+                self._cv.notify_all()
+            return
         with self._cv:
-            if not self._done:
+            self._staging -= 1
+            self._staged += 1
+            self._stage_seconds += time.monotonic() - t0
+            if self._closed:
+                self._used.append(sb)
+            else:
+                self._ready.append(sb)
+            self._cv.notify_all()
+
+    def _discard(self, sb: Sandbox, ran: bool = False) -> None:
+        with self._cv:
+            self._active -= ran
+            if self._running:
                 self._used.append(sb)
                 self._cv.notify_all()
                 return
@@ -135,16 +180,20 @@ class Pool:
 
     def run(self, args, *, timeout: float | None = None, kill_grace: float = KILL_GRACE, **kwargs):
         """Run ``args`` in a fresh staged sandbox and discard it, as
-        :meth:`pysandbox.session.Sandbox.run`."""
+        :meth:`pysandbox.session.Sandbox.run`. While it runs the pool's threads stage
+        only if nothing is ready (see the module)."""
         sb = self._take()
+        with self._cv:
+            self._active += 1
         try:
             return sb.run(args, timeout=timeout, kill_grace=kill_grace, **kwargs)
         finally:
-            self._discard(sb)
+            self._discard(sb, ran=True)
 
     def stats(self) -> dict:
         with self._cv:
-            return {"size": self.size, "ready": len(self._ready), "staged": self._staged, "used": self._taken,
+            return {"size": self.size, "ready": len(self._ready), "staging": self._staging,
+                    "staged": self._staged, "used": self._taken,
                     "failures": self._failures,
                     "stage_seconds_mean": self._stage_seconds / self._staged if self._staged else None}
 
@@ -157,7 +206,8 @@ class Pool:
             self._used.extend(self._ready)
             self._ready.clear()
             self._cv.notify_all()
-        self._thread.join()
+        for t in self._threads:
+            t.join()
 
     def __enter__(self):
         return self

@@ -21,14 +21,10 @@ kernel kills every process of the sandbox. The session also dies with the launch
 
 from __future__ import annotations
 
-import itertools
 import os
-import select
 import signal
 import socket
 import subprocess
-import threading
-import time
 import uuid
 
 from . import plan as P
@@ -38,11 +34,12 @@ from ._popen import RemotePopen
 from .backends import landlock
 from .errors import PolicyError, Reason, SessionError
 from .execpath import exec_candidates
-from .lifecycle import KILL_GRACE
+from .lifecycle import KILL_GRACE, exited
 from .memfd import ProgramUnavailable, program_fd
 from .policy import Policy, check_fd
 from .process import SandboxProcess, caller_directory, compiled, run_process
-from .session_limits import Budget, CommandLimits, limits_failure, send_spawn
+from .session_channel import Channel, Command, RemoteChild
+from .session_limits import Budget, CommandLimits, send_spawn
 from .view import sandbox_cwd
 
 START_TIMEOUT = 30.0   # seconds for the sandbox and its server to be ready
@@ -50,177 +47,6 @@ CLOSE_TIMEOUT = 5.0    # seconds for the sandbox to end once the socket is close
 
 _REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable", "umask",
             "process_group", "start_new_session")
-
-
-class _Command:
-    __slots__ = ("pid", "failed", "status", "on_exit", "limits")
-
-    def __init__(self):
-        self.pid = None
-        self.failed = None
-        self.status = None
-        self.on_exit = None   # called once (under the channel's lock) when it failed, ended or was lost
-        self.limits = None    # its CommandLimits (pysandbox/session_limits.py), ended with its exit
-
-    def ended(self, returncode: int | None = None) -> None:
-        """It failed to start (``returncode`` None), exited or was lost: its limits and hook."""
-        if self.limits is not None and returncode is not None:
-            self.limits.finish(returncode)
-        hook, self.on_exit = self.on_exit, None
-        if hook is not None:
-            hook()
-
-
-class Channel:
-    """The launcher's end of the socket to one server: sends frames, and turns events
-    into per-command state. Any thread that waits reads the socket in turn (one at a
-    time); the others wait on the condition."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.cv = threading.Condition()
-        self.reading = False
-        self.buf = bytearray()
-        self.commands: dict[int, _Command] = {}
-        self.ids = itertools.count(1)
-        self.ready = False
-        self.lost: SessionError | None = None
-        self.send_lock = threading.Lock()
-        self.external = False   # an event loop reads the socket (pysandbox/aio_session.py)
-
-    def send(self, frame: bytes, fds=(), before: bytes = b"", before_fds=()) -> None:
-        """``before`` (with ``before_fds``) then ``frame``, with nothing between."""
-        with self.send_lock:
-            try:
-                for data, passed in ((before, before_fds), (frame, fds)):
-                    sent = socket.send_fds(self.sock, [data], list(passed)) if passed else 0
-                    if sent < len(data):
-                        self.sock.sendall(data[sent:])
-            except OSError as exc:
-                raise SessionError(f"the session's server is gone ({exc})", Reason.SESSION_LOST) from None
-
-    def wait_for(self, done, timeout: float | None) -> bool:
-        """Read events until ``done()`` (called under the condition) or ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.cv:
-            while not done():
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                if self.lost is not None:
-                    return done()
-                if self.reading or self.external:
-                    self.cv.wait(left)
-                    continue
-                self.reading = True
-                self.cv.release()
-                try:
-                    events, lost = self.read_events(left)
-                finally:
-                    self.cv.acquire()
-                    self.reading = False
-                self._dispatch(events, lost)
-                self.cv.notify_all()
-            return True
-
-    def read_events(self, timeout):
-        try:
-            ready, _, _ = select.select([self.sock], [], [], timeout)
-            if not ready:
-                return [], None
-            data = self.sock.recv(65536)
-        except OSError as exc:
-            return [], SessionError(f"the session's socket failed ({exc})", Reason.SESSION_LOST)
-        if not data:
-            return [], SessionError("the session's sandbox ended", Reason.SESSION_LOST)
-        self.buf += data
-        return W.parse_events(self.buf), None
-
-    def _dispatch(self, events, lost):
-        for ev in events:
-            if ev.kind == W.READY:
-                self.ready = True
-                continue
-            if ev.kind == W.ERROR:
-                lost = SessionError(f"the session server stopped: {W.SERVER_ERRORS.get(ev.a, ev.a)}",
-                                    Reason.SESSION_UNAVAILABLE)
-                continue
-            cmd = self.commands.get(ev.id)
-            if cmd is None:
-                continue
-            if ev.kind == W.STARTED:
-                cmd.pid = ev.a
-            elif ev.kind == W.FAILED:
-                cmd.failed = ev
-                cmd.ended()
-            elif ev.kind == W.EXITED:
-                cmd.status = ev.a
-                del self.commands[ev.id]
-                cmd.ended(os.waitstatus_to_exitcode(ev.a))
-        if lost is not None and self.lost is None:
-            self.lost = lost
-            for cmd in self.commands.values():   # the sandbox is gone, and they with it
-                if cmd.pid is None and cmd.failed is None:
-                    cmd.failed = W.Event(W.FAILED, 0, 0, 0)
-                cmd.status = signal.SIGKILL
-                cmd.ended(-signal.SIGKILL)
-            self.commands.clear()
-
-
-class _RemoteChild:
-    """A session command, as the Popen adapter sees it. ``on_close`` is called once,
-    when its exit status has been collected (the pool discards its sandbox there)."""
-
-    on_close = None
-
-    def __init__(self, channel: Channel, cid: int, cmd: _Command, argv0: str, cwd: str):
-        self.channel, self.cid, self.cmd = channel, cid, cmd
-        self.argv0, self.cwd = argv0, cwd
-        self.pid = cmd.pid
-
-    def started(self) -> int:
-        """The command's pid once its STARTED came (the caller waited for it or for FAILED).
-
-        Raises:
-            SessionError (session_lost): the sandbox ended before the command started.
-            OSError: the command could not be started (as subprocess raises it).
-        """
-        ch, cmd = self.channel, self.cmd
-        if cmd.failed is not None:
-            with ch.cv:
-                ch.commands.pop(self.cid, None)
-            if ch.lost is not None and cmd.failed.a == 0:
-                raise SessionError(f"the session is lost: {ch.lost}", Reason.SESSION_LOST)
-            if cmd.limits is not None:
-                cmd.limits.finish(None)   # its deadline ends with it
-            raise limits_failure(cmd.failed, cmd.limits) or W.failure(cmd.failed, self.argv0, self.cwd)
-        self.pid = cmd.pid
-        return self.pid
-
-    def returncode(self, status: int) -> int:
-        return os.waitstatus_to_exitcode(status)
-
-    @property
-    def limit(self) -> str | None:
-        """The resource limit that ended the command, once its exit came (or None)."""
-        return self.cmd.limits.result if self.cmd.limits is not None else None
-
-    def wait_status(self, timeout):
-        if self.cmd.status is None:
-            self.channel.wait_for(lambda: self.cmd.status is not None, timeout)
-        return self.cmd.status
-
-    def signal(self, sig: int) -> None:
-        if self.cmd.status is None and self.channel.lost is None:
-            try:
-                self.channel.send(W.signal_frame(self.cid, sig))
-            except SessionError:
-                pass
-
-    def close(self):
-        hook, self.on_close = self.on_close, None
-        if hook is not None:
-            hook()
 
 
 class SessionProcess(RemotePopen):
@@ -243,7 +69,7 @@ class SessionProcess(RemotePopen):
     """
 
     def __init__(self, session: "Sandbox", args, *, cwd=None, env=None, pass_fds=(), limits=None,
-                 _deferred=False, **kwargs):
+                 _deferred=False, _quiet=False, **kwargs):
         for bad in _REFUSED:
             if kwargs.get(bad) not in (None, False):
                 raise PolicyError(f"{bad}= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS, bad)
@@ -267,6 +93,9 @@ class SessionProcess(RemotePopen):
         # deferred (asyncio): the constructor returns once the command was sent; the
         # caller awaits its STARTED (``session.started``) before using ``pid``.
         self._deferred = _deferred
+        # quiet (Sandbox.run): no STARTED at all; the command's end, or its failure to
+        # start, comes with wait (one event, one wake-up of this thread); pid stays None.
+        self._quiet = _quiet
         try:
             super().__init__(argv, **kwargs)
         except BaseException:
@@ -276,7 +105,8 @@ class SessionProcess(RemotePopen):
 
     def _start_child(self, argv, stdin, stdout, stderr):
         child = self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
-                                    [0, 1, 2, *self._fds], wait=not self._deferred, limits=self._limits)
+                                    [0, 1, 2, *self._fds], wait=not (self._deferred or self._quiet),
+                                    quiet=self._quiet, limits=self._limits)
         session_proxy.attach(self.proxy, child)
         return child
 
@@ -408,7 +238,8 @@ class Sandbox:
             return caller_directory(self.plan).chdir if self._caller_start else self.plan.chdir
         return sandbox_cwd(cwd, self.plan.chdir)
 
-    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, limits=None) -> _RemoteChild:
+    def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, quiet: bool = False,
+               limits=None) -> RemoteChild:
         ch = self.channel
         if self._closed:
             raise SessionError("the session is closed", Reason.SESSION_CLOSED)
@@ -417,11 +248,11 @@ class Sandbox:
         try:
             frame_args = (cwd, exec_candidates(argv[0], env.get("PATH"), cwd), argv, env, targets)
             cid = next(ch.ids)
-            frame = W.spawn_frame(cid, *frame_args)
+            frame = W.spawn_frame(cid, *frame_args, quiet=quiet)
         except ValueError as exc:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
-        cmd = _Command()
-        child = _RemoteChild(ch, cid, cmd, argv[0], cwd)
+        cmd = Command()
+        child = RemoteChild(ch, cid, cmd, argv[0], cwd)
         if limits is not None:
             cmd.limits = CommandLimits(limits, self._server.cgroups, lambda: child.signal(signal.SIGKILL), cid)
         with ch.cv:
@@ -432,6 +263,22 @@ class Sandbox:
             child.started()
         return child
 
+    def warm(self) -> None:
+        """Do now what the first command would pay for once (a pool does it while staging):
+        the launcher's environment for os.environ (command_env's cache), and the server's
+        first keeper and command (page faults of a first fork): a command that cannot start,
+        the directory ``/`` as a program (EACCES in every sandbox, no exec happens), which
+        leaves nothing behind.
+
+        Raises:
+            SessionError: the session is closed or lost.
+        """
+        self.command_env(None)
+        try:
+            self._spawn(["/"], "/", {}, [], [], wait=True)
+        except OSError:
+            pass
+
     def Popen(self, args, **kwargs) -> SessionProcess:
         """Start ``args`` in this sandbox; see :class:`SessionProcess`."""
         return SessionProcess(self, args, **kwargs)
@@ -441,7 +288,9 @@ class Sandbox:
         """Run ``args`` in this sandbox and wait, as :func:`pysandbox.run`: a timeout
         sends SIGTERM, and ``kill_grace`` seconds later ends the command and all its
         descendants; the session lives on."""
-        return run_process(lambda **kw: SessionProcess(self, args, **kw), input=input,
+        # quiet unless report_denials: a command's denials are found by its pid (STARTED)
+        quiet = not self.policy.report_denials
+        return run_process(lambda **kw: SessionProcess(self, args, _quiet=quiet, **kw), input=input,
                            capture_output=capture_output, timeout=timeout, check=check,
                            kill_grace=kill_grace, kwargs=kwargs)
 
@@ -469,6 +318,8 @@ class Sandbox:
         if self._server is None:
             return
         try:
+            if self._server.returncode is None:
+                exited(self._server.pid, CLOSE_TIMEOUT)
             self._server.wait(timeout=CLOSE_TIMEOUT)
         except subprocess.TimeoutExpired:
             self._server.kill()

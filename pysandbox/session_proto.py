@@ -16,6 +16,7 @@ from .backends import tail
 MAGIC = 0x50534253
 SPAWN = 1
 SIGNAL = 2
+SPAWN_QUIET = 4   # as SPAWN, without a STARTED event: the launcher waits for the end only
 
 READY = 0x10
 STARTED = 0x11
@@ -47,9 +48,9 @@ class Event:
 
 
 def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env: dict[str, str],
-                targets: list[int]) -> bytes:
+                targets: list[int], quiet: bool = False) -> bytes:
     """The SPAWN frame for command ``cid``; its descriptors (one per ``targets`` entry,
-    in order) go as SCM_RIGHTS with it.
+    in order) go as SCM_RIGHTS with it. ``quiet``: SPAWN_QUIET, no STARTED will come.
 
     Raises:
         ValueError: a NUL in a string, too many descriptors, a target out of range, or
@@ -65,7 +66,7 @@ def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env:
     payload = struct.pack(f"<{len(targets)}I", *targets) + blob
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"the command and its environment exceed {MAX_PAYLOAD} bytes")
-    return _HEADER.pack(MAGIC, SPAWN, cid, len(candidates), len(argv), len(env), len(targets),
+    return _HEADER.pack(MAGIC, SPAWN_QUIET if quiet else SPAWN, cid, len(candidates), len(argv), len(env), len(targets),
                         len(payload)) + payload
 
 

@@ -130,7 +130,7 @@ def command_proxy(session, env: dict, kwargs: dict) -> CommandProxy | None:
 
 def attach(proxy: CommandProxy | None, child) -> None:
     """Revoke ``proxy`` when the session reports the command's exit (``child``: the
-    session's ``_RemoteChild``), or now if it already did."""
+    session's ``RemoteChild``, pysandbox/session_channel.py), or now if it already did."""
     if proxy is None:
         return
     ch, cmd = child.channel, child.cmd

@@ -177,6 +177,52 @@ def test_pool_gives_each_command_a_fresh_sandbox(backend, tmp_path):
         pool.run(["true"])
 
 
+def test_pool_stages_ahead_and_a_warmed_sandbox_holds_nothing_of_the_warm_up(backend, tmp_path):
+    """The pool stages ahead of demand (stats' ``ready`` reaches ``size`` with no call made)
+    and warms each sandbox (Sandbox.warm: a first keeper and command that cannot start);
+    the warm-up leaves no process: a command sees the same processes in a pooled, a
+    warmed and a bare sandbox, and the same listing sees one left running, with its keeper
+    (the control)."""
+    policy = pysandbox.Policy.default(workdir=tmp_path)
+
+    def count(run) -> int:   # the shell's own glob: no process of the listing's but the shell
+        return len(run(["sh", "-c", "echo /proc/[0-9]*"], capture_output=True, text=True).stdout.split())
+
+    with pysandbox.Pool(policy, size=3, backend=backend) as pool:
+        assert wait_until(lambda: pool.stats()["ready"] == 3, 120), pool.stats()
+        stats = pool.stats()
+        assert (stats["staging"], stats["staged"], stats["used"]) == (0, 3, 0)
+        pooled = count(pool.run)
+    with pysandbox.Sandbox(policy, backend=backend) as box:
+        bare = count(box.run)
+        box.warm()
+        warmed = count(box.run)
+        left = box.Popen(["sleep", "60"])
+        control = count(box.run)
+        left.kill()
+        left.wait(timeout=30)
+    assert pooled == bare == warmed and control == bare + 2   # sleep and its keeper
+
+
+def test_a_timeout_before_the_command_started_still_ends_it(sb):
+    """``run`` does not wait for its command's start (SPAWN_QUIET: one event, its end), so a
+    timeout may reach the server before the command exists: SIGKILL then ends the keeper
+    and whatever it started, and the run raises TimeoutExpired. Live control: the same
+    listing sees a command left running."""
+    def count() -> int:
+        return len(sb.run(["sh", "-c", "echo /proc/[0-9]*"], capture_output=True, text=True).stdout.split())
+
+    bare = count()
+    for timeout in (0.0, 0.0001, 0.001):
+        with pytest.raises(subprocess.TimeoutExpired):
+            sb.run(["sleep", "60"], timeout=timeout, kill_grace=0.1)
+    assert count() == bare
+    left = sb.Popen(["sleep", "60"])
+    assert count() == bare + 2   # the control: the command and its keeper
+    left.kill()
+    left.wait(timeout=30)
+
+
 def test_pool_reports_a_refill_that_cannot_work(tmp_path):
     policy = pysandbox.Policy.default(workdir=tmp_path)
     with pysandbox.Pool(policy, size=1, backend="no-such-backend") as pool:
