@@ -105,7 +105,11 @@ static long session_limits_enter(void)
         if (r < 0)
             return r;
     }
-    session_limits_drop(cur_cg, &cur_cg_n);
+    /* Its own copies only: the keeper shares this memory (vfork semantics,
+     * native/psb_session.c vfork_call), so cur_cg stays for session_limits_forked to
+     * close the keeper's copies. */
+    for (int k = 0; k < cur_cg_n; k++)
+        sys6(__NR_close, cur_cg[k], 0, 0, 0, 0, 0);
     return 0;
 }
 
