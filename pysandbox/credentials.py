@@ -47,6 +47,7 @@ from collections.abc import Iterable, Mapping
 
 from .errors import PolicyError, Reason
 from .fs import Bind, Hide, Tmpfs
+from .pathtree import below as _under
 from .records import dataclass
 
 __all__ = ["ENV_STORES", "HOME_STORES", "SYSTEM_STORES", "CredentialStore", "candidates", "coverage",
@@ -227,10 +228,6 @@ def default_hides(items: Iterable[tuple], hide_credentials=True) -> tuple:
     items = list(items)
     covered = {op.path for _, rank, op in items if rank == 2}
     return tuple(Hide(path) for path in hides([path for path, rank, _ in items if rank < 2]) if path not in covered)
-
-
-def _under(path: str, top: str) -> bool:
-    return path.startswith(top.rstrip("/") + "/")
 
 
 def _around(path: str, named: set) -> list[str]:

@@ -10,7 +10,7 @@ files is not enough: a command that can write ``.git`` can create ``.git/commond
 (git then reads its config from a directory the command chose) or rename ``.git`` away
 and make a new one. So ``Policy.default`` binds each writable path's own ``.git``
 (a directory, or a linked worktree's ``.git`` file) read-only onto itself when the policy
-is built: inside, git reads the repository but cannot commit, fetch or change its
+is built (a Workspace's overlay is a writable path: its writes reach the host at commit): inside, git reads the repository but cannot commit, fetch or change its
 configuration ("Read-only file system"); the bind is a mount point, so it can be neither
 renamed nor removed. As Codex does for its writable roots.
 
@@ -57,9 +57,9 @@ def protected(writable: Iterable[str], named: Iterable[str] = ()) -> list[str]:
     return out
 
 
-def default_binds(items: Iterable[tuple], protect_git=True) -> tuple:
-    """``Policy.default``'s read-only ``.git`` binds, to go after its binds: ``items`` are
-    its ``(path, rank, op)`` entries (rank 0 a bind). Empty when ``protect_git`` is False.
+def default_binds(writable: Iterable[str], named: Iterable[str], protect_git=True) -> tuple:
+    """``Policy.default``'s read-only ``.git`` binds, to go after its binds: ``writable``
+    its writable binds, ``named`` every path it names. Empty when ``protect_git`` is False.
 
     Raises:
         PolicyError: ``protect_git`` not a bool (``invalid_value``).
@@ -68,16 +68,13 @@ def default_binds(items: Iterable[tuple], protect_git=True) -> tuple:
         raise PolicyError("protect_git must be a bool", Reason.INVALID_VALUE, protect_git, field="protect_git")
     if not protect_git:
         return ()
-    items = list(items)
-    writable = [path for path, rank, op in items if rank == 0 and isinstance(op, Bind) and not op.readonly]
-    named = [path for path, _, _ in items]
     return tuple(Bind(path, path, readonly=True) for path in protected(writable, named))
 
 
 def coverage(policy) -> dict:
     """What the policy does about git metadata, for ``status``: ``protected`` (the
     read-only ``.git`` binds inside writable paths) and the ``opt_out``."""
-    writable = [op.dest for op in policy.fs if isinstance(op, Bind) and not op.readonly]
+    writable = policy.writable_paths
     binds = [op.dest for op in policy.fs if isinstance(op, Bind) and op.readonly
              and os.path.basename(op.dest) == ".git"
              and any(os.path.dirname(op.dest) == w for w in writable)]

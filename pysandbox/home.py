@@ -25,6 +25,7 @@ import pwd
 from .checks import canonical, check_path
 from .errors import PolicyError, Reason
 from .fs import Bind, Tmpfs
+from .pathtree import within
 
 HOME_MODES = ("host", "tmpfs")
 
@@ -87,7 +88,4 @@ def visible_hides(hides: tuple, items: list[tuple]) -> tuple:
         return hides
     top = items[0][0]
     seeded = [path for path, _, _ in items[1:]]
-
-    def under(path, dest):
-        return path == dest or path.startswith(dest.rstrip("/") + "/")
-    return tuple(h for h in hides if not under(h.path, top) or any(under(h.path, s) for s in seeded))
+    return tuple(h for h in hides if not within(h.path, top) or any(within(h.path, s) for s in seeded))

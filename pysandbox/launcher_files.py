@@ -6,7 +6,8 @@ writable: a command could then drop a ``.pth`` file into ``site-packages`` or re
 pysandbox itself, and the caller's next Python start would run it on the host,
 unsandboxed. So ``Policy.default`` binds read-only onto itself each of
 :func:`paths` (the interpreter's prefixes, and the directories pysandbox and
-bwrap_compat are imported from) that lies strictly inside a writable path of the policy.
+bwrap_compat are imported from) that lies strictly inside a writable path of the policy (a Workspace's overlay is one: its
+writes reach the host at commit).
 
 What the caller names wins: a launcher path that is itself the workdir or a named
 ``rw`` path (``--rw .venv`` to let a command ``pip install`` into the launcher's own
@@ -16,36 +17,39 @@ from the project later (see gitmeta.py's note).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Iterable
 
 from .fs import Bind
+from .pathtree import below as _under
 
 
 def paths() -> list[str]:
     """The launcher's own trees, canonical: ``sys.prefix``, ``sys.exec_prefix``,
     ``sys.base_prefix`` and the folders of the ``pysandbox`` and ``bwrap_compat`` packages."""
+    return list(_trees())
+
+
+@functools.cache
+def _trees() -> tuple[str, ...]:
+    # Resolved once a process: none of them moves while it runs, and Policy.default (every
+    # run without a policy) asks.
     here = os.path.dirname(os.path.abspath(__file__))
     roots = (sys.prefix, sys.exec_prefix, sys.base_prefix, here, os.path.join(os.path.dirname(here), "bwrap_compat"))
-    return list(dict.fromkeys(os.path.realpath(p) for p in roots if os.path.isdir(p)))
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in roots if os.path.isdir(p)))
 
 
-def _under(path: str, top: str) -> bool:
-    return path.startswith(top.rstrip("/") + "/")
-
-
-def default_binds(items: Iterable[tuple], launcher: Iterable[str] | None = None) -> tuple:
+def default_binds(writable: Iterable[str], named: Iterable[str], launcher: Iterable[str] | None = None) -> tuple:
     """``Policy.default``'s read-only binds of the launcher's trees (``launcher``: default
-    :func:`paths`) inside its writable binds; ``items`` are its ``(path, rank, op)``
-    entries (rank 0 a bind). A tree is bound when the innermost path the policy names
-    around it is writable and is not itself one of the trees or inside one (``--rw .venv``
-    leaves the environment to the command), and no named path lies inside it; a tree
-    inside another bound one is not bound twice."""
-    items = list(items)
+    :func:`paths`) inside its ``writable`` binds, ``named`` every path it names. A tree
+    is bound when the innermost path the policy names around it is writable and is not
+    itself one of the trees or inside one (``--rw .venv`` leaves the environment to the
+    command), and no named path lies inside it; a tree inside another bound one is not
+    bound twice."""
     trees = list(paths() if launcher is None else launcher)
-    writable = {path for path, rank, op in items if rank == 0 and isinstance(op, Bind) and not op.readonly}
-    named = {path for path, _, _ in items}
+    writable, named = set(writable), set(named)
 
     def guarded(tree: str) -> bool:
         around = [n for n in named if n == tree or _under(tree, n)]

@@ -313,8 +313,12 @@ class Policy:
                 overrides["env"] = replace(
                     env, unset=tuple(env.unset) + tuple(v for v in authority.ENV_VARIABLES if v not in env.unset))
         hide_credentials = overrides.pop("hide_credentials", True)
-        git_binds = default_git_binds(items, overrides.pop("protect_git", True))   # gitmeta.py
-        git_binds += default_launcher_binds(items)                                  # launcher_files.py
+        # a Workspace's overlay too: its writes are committed to the host later
+        writable = [path for path, rank, op in items if rank == 0 and (
+            isinstance(op, Bind) and not op.readonly or isinstance(op, Overlay) and op.writable)]
+        named = [path for path, _, _ in items]
+        git_binds = default_git_binds(writable, named, overrides.pop("protect_git", True))   # gitmeta.py
+        git_binds += default_launcher_binds(writable, named)                               # launcher_files.py
         env = overrides.get("env", Env())
         if hide_credentials is True and isinstance(env, Env) and not env.clear and env.keep is None:
             overrides["env"] = replace(env, drop_secrets=True)   # env_secrets.py: keys in variables too

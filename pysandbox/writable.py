@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 
 from .errors import PolicyError, Reason
+from .pathtree import within
 
 __all__ = ["SYSTEM_TREES", "check_policy", "home_directories", "passes_through", "too_broad", "writable_sources"]
 
@@ -135,7 +136,7 @@ def _walk(path: str):
 
 def _inside(path: str, tops) -> str | None:
     """The first of ``tops`` that ``path`` is or lies inside, or None."""
-    return next((top for top in tops if path == top or top == "/" or path.startswith(top.rstrip("/") + "/")), None)
+    return next((top for top in tops if within(path, top)), None)
 
 
 def passes_through(path: str, tops) -> str | None:

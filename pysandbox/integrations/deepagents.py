@@ -166,20 +166,9 @@ class PysandboxSandbox(BaseSandbox):
                  glob_paths: str = "absolute", workspace=None):
         if workspace is not None and policy is not None:
             raise ValueError("give a workspace or a policy: the workspace's policy is Policy.default(workdir=ws)")
-        self._workspace = workspace
+        self._configure(env, default_timeout, overwrite, glob_paths, workspace)
         if workspace is not None:
             policy = Policy.default(workdir=workspace)
-        if default_timeout is None or default_timeout < 0:
-            raise ValueError(f"default_timeout must be >= 0, got {default_timeout!r}")
-        if glob_paths not in ("absolute", "relative"):
-            raise ValueError(f"glob_paths must be 'absolute' or 'relative', got {glob_paths!r}")
-        self._overwrite = bool(overwrite)
-        self._glob_paths = glob_paths
-        self._workdir = None
-        self._closed = False
-        self._close_lock = threading.Lock()
-        self._env = env
-        self._default_timeout = default_timeout
         if policy is None:
             self._workdir = tempfile.mkdtemp(prefix="pysandbox-deepagents-")
         try:
@@ -191,6 +180,21 @@ class PysandboxSandbox(BaseSandbox):
                 _remove_tree(self._workdir)
             raise
         self._id = self._session.id
+
+    def _configure(self, env, default_timeout, overwrite, glob_paths, workspace) -> None:
+        """The options every kind of session takes (see the class)."""
+        if default_timeout is None or default_timeout < 0:
+            raise ValueError(f"default_timeout must be >= 0, got {default_timeout!r}")
+        if glob_paths not in ("absolute", "relative"):
+            raise ValueError(f"glob_paths must be 'absolute' or 'relative', got {glob_paths!r}")
+        self._overwrite = bool(overwrite)
+        self._glob_paths = glob_paths
+        self._workspace = workspace
+        self._workdir = None
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._env = env
+        self._default_timeout = default_timeout
         self._python: str | None = None   # file operations' interpreter (deepagents_python.py)
 
     @property
@@ -252,17 +256,29 @@ class PysandboxSandbox(BaseSandbox):
         if interpreter.in_file_operation():   # deepagents' own python3 -c: the fixed interpreter
             command = interpreter.rewrite(command, self.python)
         try:
-            done = self._session.run(["sh", "-c", command], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     timeout=limit or None, env=self._env)
+            returncode, out, _, cut = self._call(["sh", "-c", command], None, limit or None, merge=True)
         except subprocess.TimeoutExpired as exc:
             so_far = _decode(exc.stdout)
             note = (f"Error: Command timed out after {limit} seconds and was ended. "
                     "For long-running commands, re-run with a larger timeout.")
             return ExecuteResponse(output=f"{so_far}\n{note}" if so_far else note,
                                    exit_code=TIMEOUT_EXIT_CODE, truncated=False)
-        return ExecuteResponse(output=_decode(done.stdout), exit_code=exit_status(done.returncode),
-                               truncated=False)
+        return ExecuteResponse(output=_decode(out), exit_code=exit_status(returncode), truncated=cut)
+
+    def _call(self, argv: list[str], data: bytes | None, limit: float | None, merge: bool = False):
+        """Run ``argv`` in the session, ``data`` on stdin (None: none), stderr into stdout
+        with ``merge``: ``(returncode, stdout, stderr, stdout_truncated)``.
+
+        Raises:
+            subprocess.TimeoutExpired: after ``limit`` seconds, with the output so far.
+        """
+        if merge:
+            done = self._session.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, timeout=limit, env=self._env)
+        else:
+            done = self._session.run(argv, input=data if data is not None else b"", capture_output=True,
+                                     timeout=limit, env=self._env)
+        return done.returncode, done.stdout, done.stderr, False
 
     @property
     def python(self) -> str:
@@ -270,8 +286,8 @@ class PysandboxSandbox(BaseSandbox):
         ``glob``...): a fixed one the sandbox can see, chosen on first use
         (:mod:`pysandbox.integrations.deepagents_python`), not PATH's ``python3``."""
         if self._python is None:
-            self._python = interpreter.choose(lambda argv: self._session.run(
-                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=60))
+            self._python = interpreter.choose(
+                lambda argv: subprocess.CompletedProcess(argv, self._call(argv, None, 60)[0]))
         return self._python
 
     @property
@@ -287,11 +303,9 @@ class PysandboxSandbox(BaseSandbox):
     def _run(self, argv: list[str], data: bytes | None, limit: float | None):
         """Run ``argv`` in the sandbox, ``data`` on stdin: (returncode, stdout, stderr)."""
         try:
-            done = self._session.run(argv, input=data if data is not None else b"",
-                                     capture_output=True, timeout=limit, env=self._env)
+            return self._call(argv, data, limit)[:3]
         except subprocess.TimeoutExpired:
             return 1, None, f"timed out after {limit} seconds".encode()
-        return done.returncode, done.stdout, done.stderr
 
     def write(self, file_path: str, content: str) -> WriteResult:
         """Write ``content`` (UTF-8) to ``file_path``, creating missing parent
@@ -418,4 +432,4 @@ class PysandboxSandbox(BaseSandbox):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<PysandboxSandbox {self._id} {state}>"
+        return f"<{type(self).__name__} {self._id} {state}>"

@@ -46,11 +46,13 @@ def _feed(f, data: bytes) -> None:
             pass
 
 
-def bounded_run(make, args, *, capture_output: bool, input, timeout, text: bool, env, cwd, limit: int):
+def bounded_run(make, args, *, capture_output: bool, input, timeout, text: bool, env, cwd, limit: int,
+                merge_stderr: bool = False):
     """Run ``args`` from ``make`` and wait. Returns ``(returncode, stdout, stderr,
     stdout_cut, stderr_cut, limit_hit, timed_out)``; a timeout ends the command as
     :func:`pysandbox.run`'s does (SIGTERM, the grace, SIGKILL to the whole tree) and
-    gives ``returncode`` None. ``text``: the kept bytes decoded as UTF-8, errors replaced
+    gives ``returncode`` None. ``merge_stderr``: with ``capture_output``, stderr goes
+    into stdout (one stream, in order; ``stderr`` None). ``text``: the kept bytes decoded as UTF-8, errors replaced
     (a cut may split a character).
 
     Raises:
@@ -59,7 +61,7 @@ def bounded_run(make, args, *, capture_output: bool, input, timeout, text: bool,
     pipe = subprocess.PIPE if capture_output else None
     data = input.encode() if isinstance(input, str) else input
     with make(list(args), stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
-              stdout=pipe, stderr=pipe, env=env, cwd=cwd) as proc:
+              stdout=pipe, stderr=subprocess.STDOUT if pipe and merge_stderr else pipe, env=env, cwd=cwd) as proc:
         got: dict = {}
         threads = []
         for name in ("stdout", "stderr"):

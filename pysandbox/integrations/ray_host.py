@@ -133,8 +133,9 @@ class SandboxHost:
 
     # ------------------------------------------------------------------ commands
     def run(self, args, *, capture_output=False, input=None, timeout=None, env=None, cwd=None,
-            text=False, submitted_at=None, session=None, attempts=1) -> CommandResult:
-        """Run ``args`` in a fresh sandbox (or in session ``session``) and wait."""
+            text=False, submitted_at=None, session=None, attempts=1, merge_stderr=False) -> CommandResult:
+        """Run ``args`` in a fresh sandbox (or in session ``session``) and wait
+        (``merge_stderr``: ``bounded_run``'s)."""
         self._check()
         start = time.time()
         queued = max(0.0, start - submitted_at) if submitted_at is not None else 0.0
@@ -146,7 +147,7 @@ class SandboxHost:
         try:
             returncode, out, err, out_cut, err_cut, limit, timed_out = bounded_run(
                 make, args, capture_output=capture_output, input=input, timeout=timeout, text=text, env=env,
-                cwd=cwd, limit=OUTPUT_LIMIT)
+                cwd=cwd, limit=OUTPUT_LIMIT, merge_stderr=merge_stderr)
         finally:
             with self._lock:
                 self._running -= 1

@@ -270,6 +270,33 @@ def test_back_pressure_bounds_calls_in_flight(cluster, work):
         assert all(s["most_running"] <= 1 for s in sc.stats())
 
 
+def test_a_deep_agents_backend_over_a_cluster_session(cluster, work):
+    if importlib.util.find_spec("deepagents") is None:
+        need("deepagents", "deepagents is not installed (pip install -e '.[test]')")
+    from pysandbox.integrations.deepagents_ray import ClusterSandbox
+    _, _, second = cluster
+    with _sc(Policy.default(workdir=str(work)), pool_size=2) as sc:
+        with ClusterSandbox(sc, node_id=second, default_timeout=60) as box:
+            assert box.node_id == second and box.start_directory == str(work)
+            done = box.execute("echo out; echo err >&2; exit 3")
+            assert (done.output, done.exit_code, done.truncated) == ("out\nerr\n", 3, False)
+            assert box.upload_files([(f"{work}/a/f.txt", b"one\n")])[0].error is None
+            assert (work / "a" / "f.txt").read_bytes() == b"one\n"   # the workdir is the host's
+            assert box.edit(f"{work}/a/f.txt", "one", "two").error is None
+            assert box.download_files([f"{work}/a/f.txt"])[0].content == b"two\n"
+            assert box.execute("echo kept >/tmp/mark && cat /tmp/mark").output == "kept\n"
+            assert box.execute("cat /tmp/mark").output == "kept\n"   # one session: its /tmp stays
+            # the policy holds: the read-only root refuses, where the workdir (the control) took the file
+            assert box.upload_files([("/etc/psb-ray-deepagents", b"x")])[0].error == "permission_denied"
+            assert not os.path.exists("/etc/psb-ray-deepagents")
+            slow = box.execute("echo started; sleep 30", timeout=1)
+            assert slow.exit_code == 124 and slow.output.startswith("started\n")
+            assert sc.stats()[[h["node_id"] for h in sc.hosts].index(second)]["sessions"] == 1
+        assert all(i["sessions"] == 0 for i in sc.stats())   # close ended the session on its host
+        with pytest.raises(SessionError):
+            box.execute("true")
+
+
 def test_a_node_removed_mid_command_gives_the_documented_result(cluster, work):
     from pysandbox.integrations.ray import HostLost, SandboxCluster
     c, head, second = cluster

@@ -41,8 +41,9 @@ def _repo(root) -> str:
 
 
 def _attempt(backend, repo, **policy_kw) -> dict:
+    """The attempts in ``repo`` (a directory or a Workspace), each's exit status by name."""
     policy = pysandbox.Policy.default(workdir=repo, **policy_kw)
-    done = pysandbox.run(["sh", "-c", ATTEMPTS, "sh", repo], policy=policy, backend=backend,
+    done = pysandbox.run(["sh", "-c", ATTEMPTS, "sh", getattr(repo, "project", repo)], policy=policy, backend=backend,
                          capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return {name: int(rc) for name, rc in (line.split() for line in done.stdout.decode().splitlines())}
@@ -122,3 +123,30 @@ def test_status_names_the_protected_git(tmp_path):
     st = pysandbox.status(pysandbox.Policy.default(workdir=repo))
     assert st.git["protected"] == [os.path.join(repo, ".git")] and "--writable-git" in st.git["opt_out"]
     assert pysandbox.status(pysandbox.Policy.default(workdir=repo, protect_git=False)).git["protected"] == []
+
+
+@pytest.mark.requires("native")
+@pytest.mark.parametrize("protect", [True, False])
+def test_a_workspaces_git_metadata_is_read_only_too(tmp_path, protect):
+    """A Workspace's writes are committed to the host later: a planted ``.git/config``
+    would be one change among many in the review. The overlay counts as a writable path,
+    so its ``.git`` is the host's, read-only; the control (``protect_git=False``) shows
+    the same attempts land in the layer and in the change set."""
+    from pysandbox.workspace import Workspace
+    repo = _repo(str(tmp_path))
+    ws = Workspace(repo, store_dir=str(tmp_path))
+    try:
+        got = _attempt("native", ws, **({} if protect else {"protect_git": False}))
+        assert got["project"] == 0, got          # control: the project itself is writable
+        changed = {c.path for c in ws.changes()}
+        if protect:
+            assert [k for k, v in got.items() if k != "project" and v == 0] == [], got
+            assert changed == {"made-inside"}, changed
+            st = pysandbox.status(pysandbox.Policy.default(workdir=ws))
+            assert st.git["protected"] == [os.path.join(repo, ".git")], st.git
+        else:
+            assert got["hook"] == got["config"] == got["commondir"] == 0, got
+            # planted, then moved away (the rename attempt) and a .git removed: all in the change set
+            assert {".git", "moved-git/config", "moved-git/commondir", "moved-git/hooks/pre-commit"} <= changed
+    finally:
+        ws.remove()
