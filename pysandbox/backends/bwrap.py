@@ -74,7 +74,6 @@ from .. import plan as P
 from .. import view
 from ..trace import clock, debug_logger, ms
 from ..errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Reason, SandboxError, SetupError
-from ..policy import Network, Policy
 from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
 from ..probe.bwrap import capabilities, probe_plan
 from . import monitor
@@ -380,16 +379,13 @@ class BwrapBackend:
 
     # -- status -----------------------------------------------------------------------
 
-    def status(self, policy=None) -> BackendStatus:
-        """What works through bwrap here: per capability and per network mode.
-
-        ``policy`` defaults to ``Policy.default()``. Cached per (bwrap, policy).
+    def status(self, policy) -> BackendStatus:
+        """What works through bwrap here for ``policy``: per capability and per network
+        mode. Cached per (bwrap, policy).
 
         Raises:
             PolicyError: ``policy`` does not compile.
         """
-        if policy is None:
-            policy = Policy.default()
         try:
             info, source = self.located(P.writable_host_paths(policy))
         except SandboxError as exc:
@@ -402,9 +398,8 @@ class BwrapBackend:
         caps = capabilities(info)
         network = {}
         for mode in ("deny", "allow", "proxy"):
-            variant = policy if policy.network.mode == mode else policy.replace(network=Network(mode))
             try:
-                plan = P.compile(variant)
+                plan = P.compile_for_network(policy, mode)
                 self.check(plan)
                 if mode == "proxy" and not init_mode(plan):
                     raise _proxy_needs_init()

@@ -187,10 +187,12 @@ def _reachable(root) -> list:
 
 
 def test_no_policy_is_reachable_from_a_compiled_plan(tmp_path):
-    """What a backend is handed holds no Policy: the object graph of plans compiled from
-    policies that use every part of the policy (network modes, limits, binds, hides,
-    overlays, capabilities, rlimits) reaches no :class:`Policy` instance. Live control: the
-    same walk finds the Policy when one is put beside the plan."""
+    """What a backend is handed holds no Policy, nor any record of pysandbox/policy.py
+    (its ``Network`` included: the plan has the mode, and proxy mode's rules as its own
+    ``ProxyRules``): the object graph of plans compiled from policies that use every part
+    of the policy (network modes, limits, binds, hides, overlays, capabilities, rlimits)
+    reaches no instance of a class defined there. Live controls: the same walk finds the
+    Policy when one is put beside the plan, and a Network put in a plan."""
     from pysandbox.limits import Limits
     from pysandbox.plan import compile as compile_plan
     from pysandbox.policy import Network, Policy
@@ -204,11 +206,16 @@ def test_no_policy_is_reachable_from_a_compiled_plan(tmp_path):
         Policy.default(workdir=str(work), network=Network("proxy", allow_hosts=("example.test",))),
         Policy.default(workdir=str(work)).replace(limits=Limits(memory=64 << 20, pids=64)),
     ]
+    def policy_records(root):
+        return [type(o).__name__ for o in _reachable(root) if type(o).__module__ == "pysandbox.policy"]
     for policy in policies:
         plan = compile_plan(policy)
-        found = [type(o).__name__ for o in _reachable(plan) if isinstance(o, Policy)]
-        assert found == [], (policy, found)
-    assert any(isinstance(o, Policy) for o in _reachable((plan, policies[-1])))   # control
+        assert policy_records(plan) == [], (policy, policy_records(plan))
+    proxy = compile_plan(policies[2])
+    assert proxy.network == "proxy" and proxy.proxy.allow_hosts == ("example.test",)
+    assert "Policy" in policy_records((plan, policies[-1]))   # control
+    from pysandbox.records import replace
+    assert policy_records(replace(proxy, proxy=Network("proxy"))) == ["Network"]   # control
 
 
 def test_no_private_name_is_imported_from_another_module():
