@@ -125,5 +125,3 @@ def processes_with(needle: str) -> list[tuple[int, bytes]]:
         if want in cmd:
             found.append((int(name), cmd))
     return found
-
-
