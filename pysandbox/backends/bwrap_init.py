@@ -212,6 +212,6 @@ def init_failure(step: int, err: int, k: int, exe: str, plan: P.Plan) -> Excepti
     if name in ("CAPS", "NNP", "SECCOMP", "LANDLOCK", "PTY", "EXEC"):
         return tail.error(name, err, plan_index=tail.plan_step(plan, name, k), exe=exe)
     what = {"USAGE": "argument", "MOUNT_PRIVATE": "mount namespace", "FORK": "fork",
-            "LIFELINE": "lifeline"}.get(name, f"step {step}")
+            "LIFELINE": "lifeline"}.get(name or "", f"step {step}")
     return SetupError(f"the bwrap backend's init failed at its {what} step ({os.strerror(err) if err else err}); "
                       f"the command did not run", Reason.SETUP_FAILED, stage="init", errno=err or None)
