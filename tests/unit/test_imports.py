@@ -161,6 +161,32 @@ def test_backends_do_not_reach_the_policy_through_the_plan():
     assert uses == [] and "policy" not in fields, (uses, sorted(fields))
 
 
+POLICY_RECORDS = ("Policy", "Network")   # what a backend is never handed (it gets a Plan)
+
+
+def _policy_record_imports(module: str, path: Path, tree) -> list[str]:
+    """``from <pysandbox.policy> import Policy/Network`` anywhere in ``tree`` (functions too)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and _resolve(module, path.name == "__init__.py", node) == "pysandbox.policy":
+            out += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}" for a in node.names if a.name in POLICY_RECORDS]
+    return out
+
+
+def test_backends_import_no_policy_record():
+    """No module under pysandbox/backends/ imports ``Policy`` or ``Network`` (issue 26 item
+    4: backends import the Plan; a constant such as CAPABILITIES is not a record). Live
+    control: the same check finds one in a made-up backend module."""
+    mods = {m: p for m, p in _modules().items() if m.startswith("pysandbox.backends")}
+    assert mods, "no backend module found"
+    found = [hit for m, p in mods.items() for hit in _policy_record_imports(m, p, ast.parse(p.read_text()))]
+    fake = ROOT / "pysandbox" / "backends" / "made_up.py"
+    control = _policy_record_imports("pysandbox.backends.made_up", fake, ast.parse(
+        "def status(policy=None):\n    from ..policy import Policy\n    return Policy.default()\n"))
+    assert control == ["pysandbox/backends/made_up.py:2: Policy"], control
+    assert found == [], found
+
+
 def _reachable(root) -> list:
     """Every object reachable from ``root`` through dataclass fields, slots, instance
     dictionaries of pysandbox objects, and containers (the object graph a backend gets)."""
