@@ -33,17 +33,18 @@ class RequiredBuildExt(build_ext):
     one) and, for an in-place build (``pip install -e``), in the source tree."""
 
     def run(self):
+        inplace = self.inplace   # setuptools' run() clears it while it builds (and on a failure)
         try:
             super().run()
         except BUILD_ERRORS as exc:
             for ext in self.extensions:
-                self._remove_stale(ext)
+                self._remove_stale(ext, inplace)
             detail = " ".join(f"{type(exc).__name__}: {exc}".split())
             raise SystemExit(NO_COMPILER.format(detail)) from None
 
-    def _remove_stale(self, ext):
+    def _remove_stale(self, ext, inplace):
         stale = [self.get_ext_fullpath(ext.name)]
-        if self.inplace:
+        if inplace:
             stale.append(self._get_inplace_equivalent(self.get_finalized_command("build_py"), ext)[0])
         for path in dict.fromkeys(stale):
             if os.path.exists(path):

@@ -32,6 +32,7 @@ ext = Extension("pysandbox._native", [sys.argv[3]], py_limited_api=True)
 dist = Distribution({"ext_modules": [ext], "cmdclass": {"build_ext": RequiredBuildExt}})
 cmd = dist.get_command_obj("build_ext")
 cmd.build_lib, cmd.build_temp = sys.argv[2], sys.argv[2] + ".tmp"
+cmd.inplace = len(sys.argv) > 4   # as an editable install builds
 cmd.ensure_finalized()
 print(cmd.get_ext_fullpath(ext.name))
 cmd.run()
@@ -75,3 +76,24 @@ def test_control_a_build_with_a_compiler_succeeds(tmp_path):
                            str(tmp_path / "x.c")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert pathlib.Path(done.stdout.strip()).is_file()
+
+
+def test_a_failed_editable_build_removes_the_module_left_in_the_tree(tmp_path):
+    """The same for an in-place build (``pip install -e``): setuptools clears ``inplace``
+    while it builds, and the module an earlier build left in the source tree (here: the
+    tree is the test's cwd) must still go; the control file beside it stays."""
+    if importlib.util.find_spec("setuptools") is None:
+        not_applicable("no setuptools in this environment to drive setup.py's build_ext")
+    (tmp_path / "x.c").write_text("int x;\n")
+    (tmp_path / "pysandbox").mkdir()
+    stale = tmp_path / "pysandbox" / "_native.abi3.so"
+    control = tmp_path / "pysandbox" / "_native.abi3.so.keep"
+    stale.write_bytes(b"\x7fELF stale")
+    control.write_bytes(b"\x7fELF not the module")
+    env = {**os.environ, "CC": "/bin/false", "CXX": "/bin/false", "LDSHARED": "/bin/false"}
+    done = subprocess.run([sys.executable, "-c", BUILD, str(ROOT / "setup.py"), str(tmp_path / "build" / "lib"),
+                           str(tmp_path / "x.c"), "inplace"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 1 and "error: pysandbox: " in done.stderr, done.stderr[-3000:]
+    assert not stale.exists(), "the stale module would be loaded by the editable install"
+    assert control.exists()
