@@ -128,7 +128,7 @@ def resolve_sources(ops) -> list:
     Raises:
         BwrapArgumentError: ``Can't find source path ...``, bwrap's message.
     """
-    out = []
+    out: list = []
     for op in ops:
         kind = op.kind
         if kind in _BINDS:

@@ -44,7 +44,7 @@ def test_the_listed_modules_type_check_clean(cache):
     files = tomllib.loads(CONFIG.read_text())["tool"]["mypy"]["files"]
     missing = [f for f in files if not (ROOT / f).is_file()]
     assert not missing, f"pyproject.toml [tool.mypy] files names modules that do not exist: {missing}"
-    assert len(files) >= 79, "the ratchet only grows: a module leaves the list only when it is removed"
+    assert len(files) >= 81, "the ratchet only grows: a module leaves the list only when it is removed"
     done = _run(cache)
     assert done.returncode == 0 and f"no issues found in {len(files)} source files" in done.stdout, \
         done.stdout + done.stderr
