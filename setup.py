@@ -1,10 +1,11 @@
 """Build of the private cffi module pysandbox._native (API mode, out of line), tagged for the
 stable ABI (abi3, Python 3.11 and later: one wheel for every supported Python).
 
-The module is optional at build: without a working C compiler the package installs without
-it (a warning says so), the bwrap backend works, and the native backend reports
-``native_module_missing``. PYSANDBOX_REQUIRE_NATIVE=1 makes a failed compile fail the build
-(CI's wheel build).
+The module is required: it is the native backend's executor and carries the bwrap
+backend's init (issue 26 item 3). Without a working C compiler a source install fails
+with one line (:data:`NO_COMPILER`) that says what to install and where the wheels are;
+a module an earlier build left is removed first, so none is loaded as if this build had
+made it.
 """
 
 import os
@@ -19,64 +20,41 @@ except ImportError:  # pragma: no cover
     from setuptools._distutils.errors import CCompilerError, DistutilsExecError, DistutilsPlatformError
 
 BUILD_ERRORS = (CCompilerError, DistutilsExecError, DistutilsPlatformError, OSError)
-REQUIRE_ENV = "PYSANDBOX_REQUIRE_NATIVE"
+NO_COMPILER = ("error: pysandbox: the native module pysandbox._native, which both backends require, "
+               "could not be compiled ({}); install a C compiler and the Python headers (Debian: gcc "
+               "libc6-dev python3-dev), or install the cp311-abi3 manylinux wheel instead (README.md, "
+               "Installing: where the wheels are)")
 
 
-def _warn(exc: BaseException) -> None:
-    print("\n".join([
-        "",
-        "WARNING: pysandbox: the native module pysandbox._native was not built "
-        f"({type(exc).__name__}: {exc}).",
-        "WARNING: pysandbox is installed without it: the bwrap backend works (install bubblewrap);",
-        "WARNING: the native backend reports native_module_missing. Install a C compiler and the",
-        "WARNING: Python headers (Debian: gcc libc6-dev python3-dev) and reinstall to get it.",
-        "",
-    ]), file=sys.stderr, flush=True)
-
-
-class OptionalBuildExt(build_ext):
-    """build_ext whose compile failure is a warning, not an error (unless REQUIRE_ENV):
-    the extension is then absent, also from the build directory (``build/lib...``, where
-    ``pip wheel`` or an earlier ``pip install .`` left one that ``pip install .`` would
-    otherwise ship) and from the source tree of an in-place build (``pip install -e``),
-    where a module left by an earlier build would be loaded as if this build had made it."""
+class RequiredBuildExt(build_ext):
+    """build_ext whose compile failure ends the build with the one line of
+    :data:`NO_COMPILER`, after removing the module an earlier build left: in the build
+    directory (``build/lib...``, where ``pip wheel`` or an earlier ``pip install .`` left
+    one) and, for an in-place build (``pip install -e``), in the source tree."""
 
     def run(self):
-        required = os.environ.get(REQUIRE_ENV) == "1"
-        self._failed = []
-        for ext in self.extensions:   # optional: an in-place build skips copying a missing one
-            ext.optional = not required
+        inplace = self.inplace   # setuptools' run() clears it while it builds (and on a failure)
         try:
             super().run()
         except BUILD_ERRORS as exc:
-            if required:
-                raise
-            _warn(exc)
-            self._failed = list(self.extensions)
-        for ext in self._failed:
-            # A module an earlier build left (build/lib... after `pip wheel`, or the source tree
-            # of an in-place build) would be installed as if this build had made it: remove it.
-            stale = [self.get_ext_fullpath(ext.name)]
-            if self.inplace:
-                stale.append(self._get_inplace_equivalent(self.get_finalized_command("build_py"), ext)[0])
-            for path in dict.fromkeys(stale):
-                if os.path.exists(path):
-                    os.remove(path)
-                    print(f"WARNING: pysandbox: removed {path}, left by an earlier build", file=sys.stderr)
+            for ext in self.extensions:
+                self._remove_stale(ext, inplace)
+            detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+            raise SystemExit(NO_COMPILER.format(detail)) from None
 
-    def build_extension(self, ext):
-        try:
-            super().build_extension(ext)
-        except BUILD_ERRORS as exc:
-            if os.environ.get(REQUIRE_ENV) == "1":
-                raise
-            self._failed.append(ext)
-            _warn(exc)
+    def _remove_stale(self, ext, inplace):
+        stale = [self.get_ext_fullpath(ext.name)]
+        if inplace:
+            stale.append(self._get_inplace_equivalent(self.get_finalized_command("build_py"), ext)[0])
+        for path in dict.fromkeys(stale):
+            if os.path.exists(path):
+                os.remove(path)
+                print(f"pysandbox: removed {path}, left by an earlier build", file=sys.stderr)
 
 
 setup(
     cffi_modules=["native/build_native.py:ffibuilder"],
-    cmdclass={"build_ext": OptionalBuildExt},
+    cmdclass={"build_ext": RequiredBuildExt},
     # The module uses only the limited API (cffi builds it with Py_LIMITED_API): tag the
     # wheel cp311-abi3 so Python 3.12, 3.13 ... install the same wheel.
     options={"bdist_wheel": {"py_limited_api": "cp311"}},

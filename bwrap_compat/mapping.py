@@ -61,7 +61,7 @@ def sandbox_path(path: str) -> str:
 
 def env_of(ops) -> Env:
     """bwrap edits its own environment in order; the same result as an Env."""
-    clear, final = False, {}
+    clear, final = False, dict[str, str | None]()
     for op in ops:
         if op[0] == "clear":
             clear, final = True, {}
@@ -128,7 +128,7 @@ def resolve_sources(ops) -> list:
     Raises:
         BwrapArgumentError: ``Can't find source path ...``, bwrap's message.
     """
-    out = []
+    out: list = []
     for op in ops:
         kind = op.kind
         if kind in _BINDS:

@@ -1,7 +1,7 @@
 /* The command's Landlock domain: ONE implementation for every process that execs a
  * command next to an init of ours (the native executor, native/psb_landlock.c; the
  * bwrap backend's init, native/psb_bwrap_init.c; the session server's commands,
- * native/psb_session.c; pysandbox/backends/_bwrap_pyinit.py is the Python twin).
+ * native/psb_session.c).
  * Define PSB_LIBC before including this with libc (native/psb_sys.h).
  *
  * Why: Landlock refuses every ptrace access check (security/landlock/task.c) from a

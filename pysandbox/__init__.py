@@ -12,6 +12,7 @@ import Policy`` imports the policy modules, not the backends (docs/ARCHITECTURE.
 """
 
 import sys as _sys
+from types import ModuleType as _ModuleType
 
 __version__ = "0.1.0"
 
@@ -79,7 +80,7 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-class _Package(type(_sys)):
+class _Package(_ModuleType):
     """This package's module type: the submodule ``pysandbox.status`` never takes the place
     of the function ``pysandbox.status`` (importing a submodule sets it as an attribute of
     its package; the submodule stays in ``sys.modules``)."""

@@ -161,9 +161,9 @@ def candidates(environ: Mapping[str, str] | None = None, home: str | None = None
     for path in _dbus_paths(env.get("DBUS_SESSION_BUS_ADDRESS", "")):
         found.append(AuthoritySocket(path, "dbus-session", "DBUS_SESSION_BUS_ADDRESS"))
     for var, kind in (("DOCKER_HOST", "docker"), ("CONTAINER_HOST", "podman")):
-        path = _unix_url(env.get(var, ""))
-        if path:
-            found.append(AuthoritySocket(path, kind, var))
+        sock = _unix_url(env.get(var, ""))
+        if sock:
+            found.append(AuthoritySocket(sock, kind, var))
     addr = env.get("CONTAINERD_ADDRESS", "")
     if addr.startswith("/") or _unix_url(addr):
         found.append(AuthoritySocket(_unix_url(addr) or addr, "containerd", "CONTAINERD_ADDRESS"))

@@ -20,6 +20,10 @@ import threading
 
 from .errors import PolicyError, Reason, SetupError
 from .policy import PROXY_BOUNDS, PROXY_ENV_NAMES, PROXY_PORT
+from .records import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .proxy.server import EgressProxy
 
 def proxy_env(port: int = PROXY_PORT, userinfo: str = "") -> dict[str, str]:
     """The variables a proxy-mode command gets (both spellings; NO_PROXY is unset, never
@@ -79,7 +83,7 @@ class Egress:
         self._on_event = on_event
         self._resolver = resolver
         self.tenants = tenants   # a session's per-command credentials (pysandbox/proxy/tenants.py), or None
-        self._engine = None   # the EgressProxy, once start() made it
+        self._engine: EgressProxy | None = None   # once start() made it
         self._lock = threading.Lock()
         self._closed = False
         import socket   # here, not at the top: a launch without the proxy does not pay for it

@@ -102,9 +102,14 @@ class PolicyError(SandboxError, ValueError):
 
 
 class BwrapArgumentError(PolicyError):
-    """A bubblewrap command line could not be parsed (bwrap_compat)."""
+    """A bubblewrap command line could not be parsed (bwrap_compat). Where pybwrap raises
+    one it may say how bwrap prints it: ``usage`` (the usage text too), ``level_prefix``
+    (``--level-prefix``) and ``warnings`` (printed before the error)."""
 
     default_reason = Reason.BWRAP_ARGUMENT_INVALID
+    usage: bool = False
+    level_prefix: bool = False
+    warnings: list[str]   # set where raised; read with getattr(exc, "warnings", ())
 
 
 class StartDirectoryMissing(PolicyError, FileNotFoundError):
@@ -191,6 +196,8 @@ class SetupError(SandboxError, OSError):
     ``stage`` names the step (``"bind"``, ``"proc"``, ...), ``op`` its index in the
     plan (or None), ``errno`` the kernel's errno, ``filename`` the path involved.
     """
+
+    mount_options: str | None = None   # an overlay mount the kernel refused: its options
 
     def __init__(self, message: str, reason: Reason | None = None, *, stage: str | None = None,
                  op: int | None = None, errno: int | None = None, filename: str | None = None):

@@ -66,7 +66,7 @@ def scratch_items(home, home_files) -> list[tuple]:
     if top in ("", "/") or not os.path.isdir(top):
         raise PolicyError(f"home='tmpfs' needs a home directory to cover: HOME is {given!r}",
                           Reason.INVALID_PATH, given, field="home")
-    items = [(top, 1, Tmpfs(top))]
+    items: list[tuple] = [(top, 1, Tmpfs(top))]
     for name in names:
         text = os.fspath(name) if isinstance(name, os.PathLike) else name
         if not isinstance(text, str) or not text or text.startswith("/") or ".." in text.split("/"):

@@ -25,7 +25,7 @@ def logger(name: str = NAME):
         top.addHandler(logging.NullHandler())
     if stderr_warnings and not any(getattr(h, "_pysandbox_cli", False) for h in top.handlers):
         handler = logging.StreamHandler()   # sys.stderr
-        handler._pysandbox_cli = True
+        setattr(handler, "_pysandbox_cli", True)
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler.setLevel(logging.WARNING)
         handler.addFilter(lambda record: not record.name.startswith("pysandbox.proxy"))

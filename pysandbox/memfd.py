@@ -33,7 +33,7 @@ def program_fd(name: str, accessor: str) -> int:
         if name in _fds:
             return _fds[name]
         try:
-            # here, not at the top: the native module is optional (ImportError is an answer)
+            # here, not at the top: imported when a launch needs it (ImportError: a broken install)
             from . import _native
             ptr = _native.ffi.new("const unsigned char **")
             size = getattr(_native.lib, accessor)(ptr)

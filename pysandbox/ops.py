@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .records import dataclass
+from .records import TYPE_CHECKING, dataclass
 
 
 # ---------------------------------------------------------------- operations
@@ -247,6 +247,7 @@ PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "driver", "acpi", "
                  "timer_list", "timer_stats", "sched_debug")
 
 
-__all__ = sorted(name for name, value in globals().items()
-                 if not name.startswith("_") and getattr(value, "__module__", __name__) == __name__
-                 and name not in ("annotations",))
+if not TYPE_CHECKING:   # mypy reads the star import as every public name: the same records
+    __all__ = sorted(name for name, value in globals().items()
+                     if not name.startswith("_") and getattr(value, "__module__", __name__) == __name__
+                     and name not in ("annotations", "TYPE_CHECKING"))

@@ -29,6 +29,17 @@ from .view import host_path
 
 
 @dataclass(frozen=True)
+class ProxyRules:
+    """Network proxy mode's rules for the launcher's egress proxy (pysandbox/egress.py):
+    the Policy's ``Network`` values, copied (a Plan holds no policy record)."""
+
+    allow_hosts: tuple
+    head_timeout: float
+    idle_timeout: float
+    max_connections: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """The compiled policy: the whole contract between a Policy and a backend.
 
@@ -40,7 +51,8 @@ class Plan:
     argv0: str | None = None          # the command's argv[0] (bwrap --argv0), None: its name
     as_pid_1: bool = False            # the command is pid 1 of its pid namespace (no init)
     die_with_parent: bool = True      # the caller's death ends the sandbox
-    network: P.Network = P.Network()  # mode; ``new_namespace``: the ops unshare "net"
+    network: str = "deny"             # the network mode (the ops unshare "net" unless "allow")
+    proxy: ProxyRules | None = None   # network mode "proxy": the egress proxy's rules
     writable_paths: tuple = ()        # host paths the sandbox can write (binds, overlay uppers)
     rlimits: tuple = ()               # (resource, soft, hard) set in the command's process right
                                       # before its exec (limits.py); the setup is never under them
@@ -165,9 +177,24 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
     _view.check_start_directory(policy.chdir or "/", done, "chdir", field="chdir")
     ops.append(Chdir(policy.chdir or "/"))
     return Plan(ops=tuple(ops), argv0=policy.argv0, as_pid_1=policy.as_pid_1,
-                die_with_parent=policy.die_with_parent, network=policy.network,
+                die_with_parent=policy.die_with_parent, network=policy.network.mode, proxy=_proxy_rules(policy.network),
                 writable_paths=writable_host_paths(policy),
                 rlimits=policy.limits.rlimits() if policy.limits is not None else ())
+
+
+def _proxy_rules(network: P.Network) -> ProxyRules | None:
+    if network.mode != "proxy":
+        return None
+    return ProxyRules(network.allow_hosts, network.head_timeout, network.idle_timeout, network.max_connections)
+
+
+def compile_for_network(policy: P.Policy, mode: str) -> Plan:
+    """The plan of ``policy`` with network mode ``mode`` (a backend's status asks each
+    mode without building Policy records itself).
+
+    Raises:
+        PolicyError: the variant does not compile."""
+    return compile(policy if policy.network.mode == mode else policy.replace(network=P.Network(mode)))
 
 
 def check_terminal(plan: Plan) -> None:

@@ -185,11 +185,11 @@ class SandboxProcess(BackendPopen):
             pty_socket = check_fd(pty_socket, "pty_socket")
         self._pty = (pty_socket, pty_stdio, pty_winsize)
         self.proxy = None
-        if self.plan.network.mode == "proxy":
+        net = self.plan.proxy
+        if net is not None:
             # _proxy_resolver: tests only (names of test hosts in a network namespace the
             # test made); the default is the engine's, the host's resolver. _proxy_tenants:
             # a session's per-command credentials (pysandbox/session_proxy.py).
-            net = self.plan.network
             self.proxy = Egress(net.allow_hosts, on_event=on_proxy_event, resolver=_proxy_resolver,
                                 tenants=_proxy_tenants,
                                 head_timeout=net.head_timeout, idle_timeout=net.idle_timeout,

@@ -382,7 +382,8 @@ def _key_line(text: str, key: str) -> int | None:
             continue
         if current == table and own.match(line):
             return number
-        if current == "" and table and (dotted.match(line) or (inline.match(line) and fallback is None)):
+        if current == "" and dotted is not None and inline is not None and \
+                (dotted.match(line) or (inline.match(line) and fallback is None)):
             if dotted.match(line):
                 return number
             fallback = number

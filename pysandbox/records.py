@@ -25,7 +25,14 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-__all__ = ["dataclass", "field", "replace"]
+__all__ = ["TYPE_CHECKING", "dataclass", "field", "replace"]
+
+TYPE_CHECKING = False   # not typing's: importing typing costs a command line's start-up (issue 15)
+if TYPE_CHECKING:
+    from typing import dataclass_transform
+else:
+    def dataclass_transform(**_):
+        return lambda fn: fn
 
 _MISSING = object()
 
@@ -65,6 +72,7 @@ def replace(obj, /, **changes):
     return obj.__class__(**changes)
 
 
+@dataclass_transform(field_specifiers=(field,))
 def dataclass(cls=None, /, *, frozen: bool = False):
     """``dataclasses.dataclass(frozen=frozen)`` with its defaults (init, repr, eq)."""
     def wrap(c):
@@ -147,7 +155,8 @@ def _make(cls, frozen: bool):
     cls.__init__.__annotations__ = {**annotations, "return": None}
     if not frozen:
         cls.__hash__ = None   # as dataclasses for eq=True: a mutable record is not hashable
-    cls.__match_args__ = cls._record_fields = names
+    setattr(cls, "__match_args__", names)
+    cls._record_fields = names
     for attr in ("__dataclass_fields__", "__dataclass_params__", "__signature__"):
         setattr(cls, attr, _Metadata(cls, frozen, attr, annotations, defaults, factories))
     return cls

@@ -26,10 +26,11 @@ def get_backend(name: str):
         backend = _instances.get(name)
         if backend is None:
             if name == "native":
-                from .native import NativeBackend as cls
+                from .native import NativeBackend
+                backend = _instances[name] = NativeBackend()
             else:
-                from .bwrap import BwrapBackend as cls
-            backend = _instances[name] = cls()
+                from .bwrap import BwrapBackend
+                backend = _instances[name] = BwrapBackend()
     return backend
 
 

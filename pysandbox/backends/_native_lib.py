@@ -90,8 +90,8 @@ def load_module():
         except (ImportError, AttributeError) as exc:
             _module_error = exc
             raise NativeModuleMissing(
-                f"the compiled module pysandbox._native cannot be used ({exc}); reinstall pysandbox "
-                "with a C compiler (rebuild the module), or use backend='bwrap'",
+                f"the compiled module pysandbox._native cannot be used ({exc}); both backends need it: "
+                "reinstall pysandbox from a wheel, or from source with a C compiler (rebuild the module)",
                 Reason.NATIVE_MODULE_MISSING) from exc
         _module = (_native.ffi, lib)
     return _module

@@ -117,9 +117,10 @@ class Backend(Protocol):
         """Per capability and per network mode: what works here and why not."""
 
 
-def check_network_mode(network) -> None:
-    """Raise NetworkModeUnsupported for a mode (a Plan's or Policy's ``network``) not built yet."""
-    if not network.implemented:
+def check_network_mode(mode: str) -> None:
+    """Raise NetworkModeUnsupported for a network mode (a Plan's ``network``) not built yet."""
+    from ..policy import IMPLEMENTED_NETWORK_MODES   # a constant, as CAPABILITIES
+    if mode not in IMPLEMENTED_NETWORK_MODES:
         raise NetworkModeUnsupported(
-            f"network mode {network.mode!r} is not built yet; use 'deny' or 'allow'",
+            f"network mode {mode!r} is not built yet; use {' or '.join(map(repr, IMPLEMENTED_NETWORK_MODES))}",
             Reason.NETWORK_MODE_UNSUPPORTED)

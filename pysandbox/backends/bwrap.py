@@ -34,11 +34,11 @@ before bwrap starts: ``symlink_in_path``; a different inode: ``bind_source_chang
 keep (bounding set included; no_new_privs stays), then forks the command, which loads the
 seccomp programs and execs. It reaps, forwards SIGTERM/INT/HUP/QUIT/USR1/USR2 and reports
 the command's raw wait status on a pipe only it holds. ``as_pid_1`` or no pid namespace:
-the same init setup, then it execs the command in its own process (exec mode). Without
-the native module, or with a pid namespace and no procfs, the same init runs in Python
-(``_bwrap_pyinit.py``) where this interpreter is visible in the sandbox, else a pid
-namespace fails closed (``bwrap_init_unavailable``); a sandbox without a pid namespace
-that shows no procfs runs without an init.
+the same init setup, then it execs the command in its own process (exec mode). The init
+is the C one, always (the native module that carries it is required); bwrap execs it
+through the sandbox's procfs, so a pid namespace or ``as_pid_1`` without a procfs at
+/proc fails closed (``bwrap_init_unavailable``); a sandbox without a pid namespace that
+shows no procfs runs without an init.
 
 Lifetime: bwrap is forked by one long-lived spawner thread with PR_SET_PDEATHSIG set
 before exec, so the sandbox dies with the launching process, not with the thread that
@@ -48,7 +48,7 @@ SIGKILLs the sandbox's pid 1 by pidfd (the whole pid namespace dies) and bwrap.
 ``BwrapChild.forward_signal`` signals our init, which forwards (without it: the command
 itself). as_pid_1: the command is pid 1 and may clear its own PDEATHSIG, so the
 launcher's lifetime monitor (``monitor.py``) holds it; our init waits at its gate (``-w``)
-until the monitor exists (without a procfs: the Python init; neither: fail closed). Known
+until the monitor exists (without a procfs to exec it through: fail closed). Known
 gaps: bubblewrap
 0.8's child binds itself to bwrap only at the end of its setup, so a launcher SIGKILLed
 in those milliseconds can leave that child blocked in bwrap's setup (never our init or
@@ -74,13 +74,12 @@ from .. import plan as P
 from .. import view
 from ..trace import clock, debug_logger, ms
 from ..errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Reason, SandboxError, SetupError
-from ..policy import Network, Policy
 from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
 from ..probe.bwrap import capabilities, probe_plan
 from . import monitor
 from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
-                         init_program, read_words, searchable_parents)
+                         read_words, searchable_parents)
 from .bwrap_launch import INFO_TIMEOUT, BwrapChild, pdeathsig_preexec, pid1_fd, read_info, spawner, wait_for_exec
 from .bwrap_render import DataFds, caller_fds, flatten, init_mode, nul_joined, proc_in_sandbox, render
 
@@ -135,11 +134,14 @@ class BwrapBackend:
 
         Raises:
             NetworkModeUnsupported, BwrapNotFound, SetuidRejected, BwrapOptionUnsupported,
-            BwrapProbeFailed, BackendUnavailable, CapabilityUnavailable (user, network
-            namespace, loopback, proc): the first thing that fails.
+            BwrapProbeFailed, BackendUnavailable (bwrap_init_unavailable: our init, which
+            the plan needs, cannot be made: a broken install), CapabilityUnavailable (user,
+            network namespace, loopback, proc): the first thing that fails.
         """
         check_network_mode(plan.network)
         info = self.info(plan.writable_paths)
+        if init_mode(plan) is not None:
+            init_memfd()   # our init, carried by the native module (required): a broken install stops here
         try:
             key = (info, hash(plan), plan)
         except TypeError:
@@ -206,10 +208,10 @@ class BwrapBackend:
         watched = monitor.wanted(plan)
         if watched and not init:
             raise BackendUnavailable("as_pid_1 on the bwrap backend: our init holds the command until the launcher's "
-                                     "lifetime monitor exists, and neither form can run here (the C init needs a "
-                                     "procfs in the sandbox, the Python one this interpreter visible there); add "
-                                     "Proc('/proc') or use the native backend", Reason.BWRAP_INIT_UNAVAILABLE)
-        init_fd = init_program(plan) if init else -1
+                                     "lifetime monitor exists, and it runs through the sandbox's procfs, which "
+                                     "this policy does not show; add Proc('/proc') or use the native backend",
+                                     Reason.BWRAP_INIT_UNAVAILABLE)
+        init_fd = init_memfd() if init else -1
         data = DataFds()
         info_r = info_w = status_r = status_w = gate_r = gate_w = -1
         try:
@@ -229,7 +231,7 @@ class BwrapBackend:
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
             passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket, launch.notify_socket) if fd is not None}
             if init:
-                passed |= {status_w} | ({init_fd} if init_fd is not None else set())
+                passed |= {status_w, init_fd}
             if watched:
                 passed.add(gate_r)
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
@@ -381,16 +383,13 @@ class BwrapBackend:
 
     # -- status -----------------------------------------------------------------------
 
-    def status(self, policy=None) -> BackendStatus:
-        """What works through bwrap here: per capability and per network mode.
-
-        ``policy`` defaults to ``Policy.default()``. Cached per (bwrap, policy).
+    def status(self, policy) -> BackendStatus:
+        """What works through bwrap here for ``policy``: per capability and per network
+        mode. Cached per (bwrap, policy).
 
         Raises:
             PolicyError: ``policy`` does not compile.
         """
-        if policy is None:
-            policy = Policy.default()
         try:
             info, source = self.located(P.writable_host_paths(policy))
         except SandboxError as exc:
@@ -403,9 +402,8 @@ class BwrapBackend:
         caps = capabilities(info)
         network = {}
         for mode in ("deny", "allow", "proxy"):
-            variant = policy if policy.network.mode == mode else policy.replace(network=Network(mode))
             try:
-                plan = P.compile(variant)
+                plan = P.compile_for_network(policy, mode)
                 self.check(plan)
                 if mode == "proxy" and not init_mode(plan):
                     raise _proxy_needs_init()
@@ -417,8 +415,8 @@ class BwrapBackend:
             init_memfd()
             init_state = "psb-bwrap-init"
         except SandboxError as exc:
-            # the Python fallback runs where this interpreter is visible in the sandbox
-            init_state = f"python (psb-bwrap-init unavailable: {exc.reason.value})"
+            # a broken install (the native module is required): check() refused every plan with an init
+            init_state = f"unavailable ({exc.reason.value})"
         result = BackendStatus("bwrap", own.available, own.reason, own.detail, caps, network,
                                {"path": info.path, "version": info.version, "setuid": info.setuid,
                                 # where it was found: argument, env, PATH or bundled

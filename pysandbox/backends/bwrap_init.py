@@ -1,8 +1,7 @@
 """The bwrap backend's own init, seen from the launcher.
 
-- which init runs (:func:`init_program`: the C init from a sealed execute-only memfd,
-  :func:`init_memfd`, or the Python fallback of ``_bwrap_pyinit.py`` where this
-  interpreter is visible in the sandbox) and the command line bwrap runs as the
+- our C init (native/psb_bwrap_init.c, carried by the native module) in a sealed
+  execute-only memfd (:func:`init_memfd`) and the command line bwrap runs as the
   sandbox's first process (:func:`init_command`);
 - what the init checks and covers: :func:`bind_identities` (each bind source's inode,
   walked without following symlinks right before bwrap starts) and
@@ -18,7 +17,6 @@ import errno
 import os
 import select
 import stat
-import sys
 import time
 
 from .. import plan as P
@@ -26,8 +24,7 @@ from ..errors import BackendUnavailable, Reason, SetupError
 from ..memfd import ProgramUnavailable, program_fd
 from ..policy import CAPABILITIES
 from . import landlock, tail
-from ._bwrap_pyinit import SOURCE
-from .bwrap_render import init_mode, join_path, proc_in_sandbox, python_init_usable
+from .bwrap_render import init_mode, join_path, proc_in_sandbox
 
 
 def bind_identities(plan: P.Plan) -> list[tuple[str, int, int]]:
@@ -99,9 +96,7 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             /proc, through which bwrap could exec the init.
     """
     proc = proc_in_sandbox(plan)
-    if init_fd is None:
-        proc = ""   # the Python init: exec'd by path, no procfs needed
-    elif proc is None:
+    if proc is None:
         raise BackendUnavailable(
             "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
             "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
@@ -144,10 +139,8 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
     for limit in plan.rlimits:
         opts += ["-R", *map(str, limit)]
     argv0 = plan.argv0 if plan.argv0 is not None else argv[0]
-    tail = [*opts, "--", exe, argv0, *argv[1:]]
-    if init_fd is None:
-        return [sys.executable, "-I", "-S", "-c", SOURCE, str(status_w), "-1", *tail]
-    return [f"{join_path(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *tail]
+    return [f"{join_path(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *opts, "--", exe, argv0,
+            *argv[1:]]
 
 
 def searchable_parents(dest: str, ops) -> bool:
@@ -165,35 +158,19 @@ def searchable_parents(dest: str, ops) -> bool:
     return True
 
 
-def init_program(plan: P.Plan) -> int | None:
-    """The C init's memfd (O_PATH descriptor), or None for the Python fallback init.
-
-    Raises:
-        BackendUnavailable (bwrap_init_unavailable): neither can run here.
-    """
-    try:
-        fd = init_memfd()
-    except BackendUnavailable:
-        if python_init_usable(plan):
-            return None
-        raise
-    if proc_in_sandbox(plan) is None and python_init_usable(plan):
-        return None   # no procfs to exec the C init through
-    return fd
-
-
 def init_memfd() -> int:
     """An O_PATH descriptor of a sealed, execute-only memfd holding our init (made once
     per process, by pysandbox/memfd.py).
 
     Raises:
         BackendUnavailable (bwrap_init_unavailable): the native module (which carries
-            the init) is missing or was built without it, or memfds cannot be made.
+            the init) is missing or stale (a broken install: it is required), or memfds
+            cannot be made.
     """
     try:
         return program_fd("psb-bwrap-init", "psb_bwrap_init_blob")
     except ProgramUnavailable as exc:
-        raise BackendUnavailable(f"the bwrap backend's init: {exc}; or use as_pid_1=True",
+        raise BackendUnavailable(f"the bwrap backend's init: {exc}",
                                  Reason.BWRAP_INIT_UNAVAILABLE) from None
 
 
@@ -242,6 +219,6 @@ def init_failure(step: int, err: int, k: int, exe: str, plan: P.Plan) -> Excepti
     if name in ("CAPS", "NNP", "SECCOMP", "LANDLOCK", "PTY", "EXEC"):
         return tail.error(name, err, plan_index=tail.plan_step(plan, name, k), exe=exe)
     what = {"USAGE": "argument", "MOUNT_PRIVATE": "mount namespace", "FORK": "fork",
-            "LIFELINE": "lifeline"}.get(name, f"step {step}")
+            "LIFELINE": "lifeline"}.get(name or "", f"step {step}")
     return SetupError(f"the bwrap backend's init failed at its {what} step ({os.strerror(err) if err else err}); "
                       f"the command did not run", Reason.SETUP_FAILED, stage="init", errno=err or None)

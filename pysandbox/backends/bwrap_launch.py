@@ -236,7 +236,7 @@ def wait_for_exec(child: BwrapChild, bwrap_path: str, timeout: float = INFO_TIME
         if target is not None:
             try:
                 if os.readlink(f"/proc/{target}/exe") != bwrap_path:
-                    return
+                    return None
             except OSError:
                 pass   # not there yet, or not readable before exec (bwrap is not dumpable)
         try:

@@ -18,7 +18,6 @@ real host unless the caller passes another); it starts nothing. Launching is in
 from __future__ import annotations
 
 import os
-import sys
 
 from .. import plan as P
 from ..errors import BwrapOptionUnsupported, PolicyError, Reason
@@ -63,17 +62,7 @@ def init_mode(plan: P.Plan, host: HostView = HOST) -> str | None:
         return "fork"
     if proc_in_sandbox(plan, host) is not None:
         return "exec"
-    # as_pid_1: our init holds the command until the launcher's lifetime monitor exists
-    # (backends/monitor.py); without a procfs to exec the C one through, the Python one
-    return "exec" if plan.as_pid_1 and python_init_usable(plan) else None
-
-
-def python_init_usable(plan: P.Plan) -> bool:
-    """Whether the fallback init (Python: the native module is missing, or no procfs to
-    exec the C one through) can run in ``plan``'s sandbox: this interpreter is visible
-    there at its own path."""
-    host, _cover = P.host_path(sys.executable, plan.mount_ops)
-    return host == sys.executable and os.path.exists(sys.executable)
+    return None
 
 
 def render(plan: P.Plan, data_fd, *, network: bool = True, probe: bool = False,

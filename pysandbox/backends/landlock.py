@@ -1,5 +1,5 @@
 """Which Landlock domain the command enters, decided here once for both backends and
-sessions (native/psb_landlock.h implements it; _bwrap_pyinit.py is the Python twin).
+sessions (native/psb_landlock.h implements it).
 
 The domain keeps everything the command starts away from the sandbox's init (no ptrace,
 no /proc/PID/{mem,environ,fd,ns}, no pidfd_getfd), so the init can be dumpable: its
@@ -27,39 +27,24 @@ import os
 NONE, FS, SIGNAL = 0, 1, 2        # native/psb_landlock.h PSB_LANDLOCK_FS, PSB_LANDLOCK_SIGNAL
 SIGNAL_ABI = 6                    # struct landlock_ruleset_attr.scoped
 NO_LANDLOCK_ENV = "PYSANDBOX_NO_LANDLOCK"
-_NR_CREATE_RULESET = 444          # the same on every architecture
-_VERSION = 1                      # LANDLOCK_CREATE_RULESET_VERSION
 
 _abi: int | None = None
 
 
 def kernel_abi() -> int:
     """The kernel's Landlock ABI version (>= 1), or 0 without Landlock (or disabled).
-    Any process, any privilege; probed once: by the native module where it loads (it
-    does for every launch of either backend), else through ctypes."""
+    Any process, any privilege; probed once, by the native module (required: without it,
+    a broken install, every launch of either backend fails with native_module_missing or
+    bwrap_init_unavailable before Landlock matters, and this answers 0)."""
     global _abi
     if _abi is None:
-        _abi = _native_abi()
-        if _abi is None:
-            _abi = _ctypes_abi()
+        from ..errors import NativeModuleMissing
+        from ._native_lib import load_module
+        try:
+            _abi = int(load_module()[1].psb_landlock_abi())
+        except NativeModuleMissing:
+            return 0   # not cached: a later call after a repair (tests) asks again
     return _abi
-
-
-def _native_abi() -> int | None:
-    from ..errors import NativeModuleMissing
-    from ._native_lib import load_module
-    try:
-        return int(load_module()[1].psb_landlock_abi())
-    except NativeModuleMissing:
-        return None
-
-
-def _ctypes_abi() -> int:
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    v = libc.syscall(ctypes.c_long(_NR_CREATE_RULESET), None, ctypes.c_long(0), ctypes.c_long(_VERSION))
-    return int(v) if v > 0 else 0
 
 
 def abi() -> int:

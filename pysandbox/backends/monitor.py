@@ -54,7 +54,7 @@ def unavailable() -> str | None:
             _pidfd_error = "this Python has no os.pidfd_open"
         except OSError as exc:
             _pidfd_error = f"pidfd_open: {os.strerror(exc.errno) if exc.errno else exc} (Linux < 5.3)"
-    return _pidfd_error
+    return _pidfd_error if isinstance(_pidfd_error, str) else None
 
 
 def lifetime() -> str:

@@ -124,8 +124,9 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
             return SetupError(message, op.reason, stage=op.stage, op=op.plan_index, errno=err, filename=op.filename)
         # proc_mount_failed, loopback_setup_failed: the class errors.error_for gives the
         # reason (CapabilityUnavailable), with the step's details as attributes too.
-        exc = error_for(op.reason, message, errno=err, stage=op.stage, op=op.plan_index, filename=op.filename)
-        exc.stage, exc.op, exc.filename = op.stage, op.plan_index, op.filename
-        return exc
+        unavailable = error_for(op.reason, message, errno=err, stage=op.stage, op=op.plan_index, filename=op.filename)
+        for name, value in (("stage", op.stage), ("op", op.plan_index), ("filename", op.filename)):
+            setattr(unavailable, name, value)
+        return unavailable
     return SetupError(f"setup failed (stage {stage}): {os.strerror(err) if err else 'no report'}",
                       Reason.SETUP_FAILED, stage="pipe", errno=err)

@@ -7,8 +7,7 @@ session server's ``enum psb_tail_step`` with the index of the step's option), an
 reads the same on both backends and in a session.
 
 :data:`STEPS` mirrors ``enum psb_tail_step``; the compiled module's values are checked on
-load (``_native_lib.module_drift``), and the Python twin of the bwrap init takes its
-numbers from here (``_bwrap_pyinit.SOURCE``).
+load (``_native_lib.module_drift``).
 """
 
 from __future__ import annotations

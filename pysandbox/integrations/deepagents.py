@@ -171,7 +171,7 @@ class PysandboxSandbox(BaseSandbox):
         if workspace is not None:
             policy = Policy.default(workdir=workspace)
         if policy is None:
-            self._workdir = tempfile.mkdtemp(prefix="pysandbox-deepagents-")
+            self._workdir: str | None = tempfile.mkdtemp(prefix="pysandbox-deepagents-")
         try:
             if policy is None:
                 policy = Policy.default(workdir=self._workdir)

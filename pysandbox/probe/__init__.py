@@ -347,7 +347,7 @@ def host_capabilities() -> HostCapabilities:
     with _lock:
         if _host_cache:
             return _host_cache[0]
-    detail = {}
+    detail: dict[str, object] = {}
     results = {}
     for name, flags in (("userns", CLONE_NEWUSER), ("netns", CLONE_NEWUSER | CLONE_NEWNET)):
         try:

@@ -41,7 +41,7 @@ class Request:
 
     def forward_head(self) -> bytes:
         """The head to send to the origin server (absolute-form requests only)."""
-        named = set()
+        named: set[str] = set()
         for name, value in self.headers:
             if name.lower() == "connection":
                 named.update(t.strip().lower() for t in value.split(","))

@@ -15,7 +15,10 @@ import ipaddress
 import re
 
 from ..errors import PolicyError, Reason
-from ..records import dataclass
+from ..records import TYPE_CHECKING, dataclass
+
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 __all__ = ["DEFAULT_PORTS", "AllowList", "HostRule", "normalise_host", "parse_allow_host", "split_host_port"]
 
@@ -55,7 +58,7 @@ class HostRule:
         return f"{name}:{self.ports[0]}"
 
 
-def _fail(text, why: str):
+def _fail(text, why: str) -> NoReturn:
     raise PolicyError(f"allowed host {text!r}: {why}", Reason.INVALID_VALUE, value=text, field="allow_hosts")
 
 
@@ -150,6 +153,7 @@ def parse_allow_host(text: str) -> HostRule:
     if "://" in text or "/" in text or "@" in text or "?" in text or "#" in text:
         _fail(text, "give a host name or address with an optional :PORT, not a URL")
     host, port_text = split_host_port(text)
+    ports: tuple[int, ...]
     if port_text is None:
         ports = DEFAULT_PORTS
     else:

@@ -31,6 +31,7 @@ import threading
 import time
 
 from .. import logs as _logs
+from ..records import TYPE_CHECKING
 from . import budget
 from .events import REFUSED, LogThrottle, ProxyEvent, deliver
 from .handler import Connection
@@ -38,6 +39,9 @@ from .httphead import MAX_HEAD
 from .rules import AllowList
 
 __all__ = ["EgressProxy", "host_resolver"]
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 logger = _logs.logger("pysandbox.proxy")
 
@@ -95,7 +99,8 @@ class EgressProxy:
         ValueError: a timeout that is not a positive number, or a negative ``max_connections``.
     """
 
-    def __init__(self, listener: socket.socket, allow: AllowList, *, resolver=None, on_event=None,
+    def __init__(self, listener: socket.socket | Sequence[socket.socket], allow: AllowList, *, resolver=None,
+                 on_event=None,
                  max_connections: int = 1024, max_events: int = 10000, head_timeout: float = 10.0,
                  idle_timeout: float = 300.0, resolve_timeout: float = 10.0, connect_timeout: float = 10.0,
                  log_burst: int = 20, tenants=None):

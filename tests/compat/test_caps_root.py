@@ -92,17 +92,13 @@ def test_capsh_print_inside_equals_the_hosts_but_no_new_privs(root_tools):
     assert _capsh(root_tools["pybwrap"], root_tools["env"]) == expected
 
 
-@pytest.mark.parametrize("python_init", [False, True], ids=["c-init", "python-init"])
-def test_bwrap_backend_leaves_kept_caps_unraised(monkeypatch, python_init):
-    """caps_ambient=False on the bwrap backend, with either of our inits: the sets equal the
+def test_bwrap_backend_leaves_kept_caps_unraised():
+    """caps_ambient=False on the bwrap backend, with our init: the sets equal the
     native backend's (kept set permitted and effective only). The control: caps_ambient=True
     raises the kept set into inheritable and ambient on both."""
     if os.geteuid() != 0:
         not_applicable("root-only: uid 0 keeps its permitted set across the command's exec")
     import pysandbox
-    from tests.support import force_python_bwrap_init
-    if python_init:
-        force_python_bwrap_init(monkeypatch)
 
     def caps(policy, backend):
         out = pysandbox.run(["cat", "/proc/self/status"], policy=policy, backend=backend, capture_output=True,

@@ -310,18 +310,6 @@ def test_cli_names_the_limit(tmp_path):
     assert done.returncode == 128 + signal.SIGXCPU and "pysandbox: limit: cpu_time 1s reached" in done.stderr
 
 
-def test_bwrap_python_init_sets_the_rlimits(monkeypatch):
-    """The bwrap backend's Python fallback init (no native module) applies -R as the C one."""
-    from tests.support import force_python_bwrap_init
-    force_python_bwrap_init(monkeypatch)
-    done = pysandbox.run(["sh", "-c", "ulimit -n; ulimit -c; ulimit -f"],
-                         policy=_policy(open_files=12, file_size="1M"), backend="bwrap", capture_output=True,
-                         timeout=60)
-    assert done.stdout.split() == [b"12", b"0", b"2048"], done
-    big = pysandbox.run(WRITE, policy=_policy(file_size="64K"), backend="bwrap", timeout=60, capture_output=True)
-    assert big.returncode == -signal.SIGXFSZ and big.limit == "file_size"
-
-
 ESCAPE = """
     import os, sys
     mine = open("/proc/self/cgroup").read()

@@ -137,19 +137,6 @@ def test_a_nested_sandbox_as_root_names_what_the_outer_one_lacks(backend, tmp_pa
     assert other not in done.stdout
 
 
-@pytest.mark.parametrize("kw", [{"allow_nested_userns": True}, {"caps_keep": ("sys_admin",)}],
-                         ids=["nested-userns", "cap-sys-admin"])
-def test_the_python_bwrap_init_leaves_mounting_alone(tmp_path, monkeypatch, kw):
-    """The bwrap backend's Python init (no native module) takes the same decision: it used
-    to put every command in a filesystem domain, which refused this mount."""
-    from tests.support import force_python_bwrap_init
-    force_python_bwrap_init(monkeypatch)
-    policy = pysandbox.Policy.default(workdir=tmp_path, **kw)
-    argv = NESTED_MOUNT + (["direct"] if "caps_keep" in kw else [])
-    done = pysandbox.run(argv, policy=policy, backend="bwrap", capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stdout) == (0, DONE), done.stderr
-
-
 def test_control_the_default_policy_refuses_the_nested_namespace(backend, tmp_path):
     done = pysandbox.run(NESTED_MOUNT, policy=pysandbox.Policy.default(workdir=tmp_path), backend=backend,
                          capture_output=True, text=True, timeout=60)

@@ -20,7 +20,7 @@ import pytest
 
 import pysandbox
 from pysandbox.errors import PolicyError, Reason
-from tests.support import force_python_bwrap_init, loopback, python_in_sandbox, tunnel
+from tests.support import loopback, python_in_sandbox, tunnel
 from tests.support.loopback import LoopbackServer
 
 pytestmark = pytest.mark.requires("userns")
@@ -83,18 +83,6 @@ def test_first_connect_is_served_and_refused_with_an_event(backend, tmp_path):
     assert [(e.host, e.port, e.verdict) for e in events] == [("not-listed.test", 443, "refused")]
     assert done.proxy.counts == {"allowed": 0, "refused": 1}
     assert [e.host for e in done.proxy.events] == ["not-listed.test"]
-
-
-def test_bwrap_python_init_makes_the_listener_too(tmp_path, monkeypatch):
-    from tests.support import host_capability, need
-    why = host_capability("bwrap")
-    if why is not None:
-        need("bwrap", why)
-    force_python_bwrap_init(monkeypatch)
-    done = pysandbox.run(_py(CONNECT) + ["not-listed.test:443"], policy=_policy(tmp_path), backend="bwrap",
-                         capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[1] == "403", done.stdout
 
 
 def test_proxy_environment_wins_over_the_callers(backend, tmp_path):

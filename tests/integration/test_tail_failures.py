@@ -1,6 +1,6 @@
 """A failure injected into each step of the setup tail (native/psb_tail.h) reads the same on
-every path that runs the step: the native child, the bwrap backend's C init (and its
-Python twin where it runs the step), and a session's server. Same reason, same stage,
+every path that runs the step: the native child, the bwrap backend's C init and a
+session's server. Same reason, same stage,
 same errno, same plan step, same message; and the command never ran. Each injection has a
 live control: the same launch without the injected value runs the command.
 
@@ -33,7 +33,6 @@ from pysandbox.cli_errors import without_step
 from pysandbox.errors import Reason, SetupError
 from pysandbox.limits import Limits
 from pysandbox.records import replace
-from tests.support import force_python_bwrap_init
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -121,8 +120,6 @@ def test_an_rlimit_the_kernel_refuses(tmp_path, monkeypatch):
     _fresh_plans(monkeypatch)
     bad = _policy(tmp_path, limits=Limits(open_files=1 << 30))   # above fs.nr_open: EPERM, root too
     failures = {b: _launch(bad, b, tmp_path) for b in ("native", "bwrap")}
-    force_python_bwrap_init(monkeypatch)
-    failures["bwrap-python-init"] = _launch(bad, "bwrap", tmp_path)
     monkeypatch.undo()
     _fresh_plans(monkeypatch)
     for b in ("native", "bwrap"):   # a session's command: its rlimits, set by the server's child
@@ -178,8 +175,7 @@ def test_a_proxy_listener_the_kernel_refuses(tmp_path, monkeypatch):
     _fresh_plans(monkeypatch, _bad_port)
     bad = _policy(tmp_path, network="proxy")
     failures = {b: _launch(bad, b, tmp_path) for b in ("native", "bwrap")}
-    # (a session's listener is this same launch step, as_pid_1 with the server as command;
-    # the Python init binds port 70000 % 65536, Python's own check: not the tail's)
+    # (a session's listener is this same launch step, as_pid_1 with the server as command)
     steps = {exc.op for exc in failures.values()}
     assert len(steps) == 1 and None not in steps, failures
     _check_same(failures, tmp_path, "LISTEN", errno.EINVAL)
@@ -252,8 +248,6 @@ def test_a_terminal_that_cannot_be_handed_over(tmp_path, monkeypatch):
     _fresh_plans(monkeypatch)
     policy = _policy(tmp_path)
     failures = {b: _with_pty(policy, b, tmp_path, False) for b in ("native", "bwrap")}
-    force_python_bwrap_init(monkeypatch)
-    failures["bwrap-python-init"] = _with_pty(policy, "bwrap", tmp_path, False)
     readings = {path: _reading(exc) for path, exc in failures.items()}
     assert set(readings.values()) == {(Reason.TERMINAL_UNAVAILABLE, "terminal", errno.EPIPE,
                                        readings["native"][3])}, readings

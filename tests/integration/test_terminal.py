@@ -300,18 +300,6 @@ def _in_process(command, backend, policy):
     return code, b"".join(chunks).decode(errors="replace")
 
 
-def test_bwrap_python_fallback_init_opens_the_pty(tmp_path, monkeypatch):
-    """Without the native module the bwrap backend's Python init makes the pty."""
-    from tests.support import force_python_bwrap_init
-    force_python_bwrap_init(monkeypatch)
-    (tmp_path / "probe.py").write_text(FD_PROBE)
-    policy = pysandbox.Policy.default(workdir=tmp_path)
-    code, out = _in_process(["sh", "-c", "python3 probe.py; tr '\\0' ' ' < /proc/1/cmdline | head -c 400; exit 4"],
-                            "bwrap", policy)
-    assert code == 4, out
-    assert "OWN=0,1,2 FOREIGN=- " in out and "-I -S -c" in out, out
-
-
 def test_in_process_api_on_a_pty_pair(backend, tmp_path):
     (tmp_path / "probe.py").write_text(FD_PROBE)
     code, out = _in_process(["sh", "-c", "python3 probe.py; tr '\\0' ' ' < /proc/1/cmdline | head -c 400"], backend,

@@ -42,8 +42,9 @@ CASES = [
     ("netns_refused", "native", "allow", None),
     ("netns_refused", "bwrap", "allow", None),
     ("native_missing", "native", "deny", R.NATIVE_MODULE_MISSING),
-    ("native_missing", "bwrap", "deny", None),
-    ("native_missing", "auto", "deny", None),            # bwrap, with a warning
+    # the native module is required: it carries the bwrap backend's init too (no fallback)
+    ("native_missing", "bwrap", "deny", R.BWRAP_INIT_UNAVAILABLE),
+    ("native_missing", "auto", "deny", R.NATIVE_MODULE_MISSING),
     ("bwrap_missing", "bwrap", "deny", R.BWRAP_NOT_FOUND),
     ("bwrap_missing", "native", "deny", None),
     ("bwrap_missing", "auto", "deny", None),             # native, no warning
@@ -141,14 +142,9 @@ def test_api_and_status(case, tmp_path):
         assert status["network"]["deny"]["reason"] == R.NETWORK_NAMESPACE_UNAVAILABLE.value, status["network"]
         assert status["network"]["allow"]["available"] is True, status["network"]
     if backend == "auto" and reason is None:
-        expect = "bwrap" if "native_missing" in host else "native"
-        assert out["backend_used"] == expect, out
-        assert status["backend"] == expect, status   # status predicts auto's choice
-        if expect == "bwrap":   # auto says why it passed native over
-            assert status["backends"]["native"]["reason"] == R.NATIVE_MODULE_MISSING.value, status
-            assert any(R.NATIVE_MODULE_MISSING.value in w and "bwrap" in w for w in out["warnings"]), out
-        else:
-            assert out["warnings"] == [], out
+        assert out["backend_used"] == "native", out
+        assert status["backend"] == "native", status   # status predicts auto's choice
+        assert out["warnings"] == [], out
     os.path.exists(marker) and os.unlink(marker)
 
 
@@ -164,9 +160,6 @@ def test_cli_run_exit_125(case, tmp_path):
     if reason is None:
         assert done.returncode == 0, done.stderr
         assert os.path.exists(marker)
-        if backend == "auto" and "native_missing" in host:
-            # auto passed native over: the user is told why, and that bwrap runs it.
-            assert R.NATIVE_MODULE_MISSING.value in done.stderr and "bwrap" in done.stderr, done.stderr
     else:
         assert done.returncode == 125, (done.returncode, done.stderr)
         assert reason.value in done.stderr, done.stderr
@@ -184,7 +177,8 @@ STATUS_CASES = [
     ("proc_unmountable", "native", {"deny": R.PROC_MOUNT_FAILED, "allow": R.PROC_MOUNT_FAILED}),
     ("proc_unmountable", "bwrap", {"deny": R.PROC_MOUNT_FAILED, "allow": R.PROC_MOUNT_FAILED}),
     ("native_missing", "native", {"deny": R.NATIVE_MODULE_MISSING, "allow": R.NATIVE_MODULE_MISSING}),
-    ("native_missing", "auto", {"deny": None, "allow": None}),
+    ("native_missing", "auto", {"deny": R.NATIVE_MODULE_MISSING, "allow": R.NATIVE_MODULE_MISSING}),
+    ("native_missing", "bwrap", {"deny": R.BWRAP_INIT_UNAVAILABLE, "allow": R.BWRAP_INIT_UNAVAILABLE}),
     ("bwrap_missing", "bwrap", {"deny": R.BWRAP_NOT_FOUND, "allow": R.BWRAP_NOT_FOUND}),
     ("bwrap_old", "bwrap", {"deny": R.BWRAP_OPTION_UNSUPPORTED, "allow": R.BWRAP_OPTION_UNSUPPORTED}),
 ]

@@ -1,6 +1,6 @@
 """The bwrap backend's init ends the sandbox when the launcher goes, at any time
-(THREAT: lifetime). Both inits: the C one (native/psb_bwrap_init.c) and its Python twin
-(pysandbox/backends/_bwrap_pyinit.py).
+(THREAT: lifetime). The init: native/psb_bwrap_init.c (the only one: the native module
+that carries it is required).
 
 Why a check at start is not enough: bwrap dies with the launcher's spawning *thread*
 (PR_SET_PDEATHSIG), and that thread can exit before the launcher's other threads close
@@ -28,7 +28,6 @@ import uuid
 
 import pytest
 
-from pysandbox.backends._bwrap_pyinit import SOURCE
 from tests.support import processes_with, wait_until
 from tests.support.nsholder import children
 
@@ -37,19 +36,16 @@ pytestmark = pytest.mark.requires("userns")
 STARTED = 0x50534201
 
 
-def _init_head(kind: str, status_w: int) -> tuple[list[str], tuple[int, ...]]:
-    if kind == "python":
-        return [sys.executable, "-I", "-S", "-c", SOURCE, str(status_w), "-1"], (status_w,)
+def _init_head(status_w: int) -> tuple[list[str], tuple[int, ...]]:
     from pysandbox.backends import bwrap_init
     fd = bwrap_init.init_memfd()
     return [f"/proc/self/fd/{fd}", str(status_w), str(fd)], (status_w, fd)
 
 
-@pytest.mark.parametrize("kind", ["c", "python"])
-def test_init_ends_the_sandbox_when_the_launcher_goes_after_its_check(kind):
+def test_init_ends_the_sandbox_when_the_launcher_goes_after_its_check():
     marker = f"psb-lifeline-{uuid.uuid4().hex}"
     r, w = os.pipe()
-    head, passed = _init_head(kind, w)
+    head, passed = _init_head(w)
     command = [sys.executable, "python", "-c", "import time; time.sleep(600)", marker]
     # unshare stays the init's parent (alive: no PR_SET_PDEATHSIG fires); the init is pid 1
     proc = subprocess.Popen(["unshare", "--user", "--map-root-user", "--pid", "--fork", "--", *head, "--",

@@ -326,20 +326,3 @@ def test_signal_death_is_minus_n_on_both_backends(backend, tmp_path):
     done = pysandbox.run(["sh", "-c", "kill -USR1 $$"], policy=pysandbox.Policy.default(workdir=tmp_path),
                          backend=backend, timeout=60)
     assert done.returncode == -signal.SIGUSR1
-
-
-@pytest.mark.one_shot_only("the Python init is the one-shot bwrap init; a session's pid 1 is its server")
-def test_bwrap_python_fallback_init_holds_the_same_line(tmp_path, monkeypatch):
-    """Without the native module the bwrap backend runs its init in Python (same
-    protocol): pid 1 is still unptraceable and unreadable, the status still -N."""
-    from tests.support import force_python_bwrap_init
-    force_python_bwrap_init(monkeypatch)
-    policy = pysandbox.Policy.default(workdir=tmp_path)
-    res = oracles.run_probe(PTRACE, policy, "bwrap")
-    assert res["seize_child"]["ok"], res["seize_child"]
-    for key in ("seize_1", "attach_1", "mem_1", "environ_1"):
-        assert res[key]["ok"] is False and res[key]["errname"] in ("EPERM", "EACCES"), (key, res[key])
-    done = pysandbox.run(["sh", "-c", "head -c 64 /proc/1/cmdline; kill -USR1 $$"], policy=policy,
-                         backend="bwrap", capture_output=True, timeout=60)
-    assert b"-I\0-S\0-c" in done.stdout   # it really was the Python init
-    assert done.returncode == -signal.SIGUSR1

@@ -272,21 +272,3 @@ def test_the_owner_reads_pid1_as_with_bwrap(backend, tmp_path, config):
     assert proc.returncode == 0
     assert b"PSB_OWNER_MARK=seen" in environ
     assert len(opened) == 6
-
-
-@pytest.mark.one_shot_only("the Python init is the one-shot bwrap init; a session's pid 1 is its server")
-def test_bwrap_python_fallback_init_unreachable_with_cap_sys_ptrace(tmp_path, monkeypatch):
-    """Without the native module the bwrap backend's init is Python (undumpable): the
-    command's Landlock domain keeps a command holding CAP_SYS_PTRACE away from it too."""
-    from tests.support import force_python_bwrap_init
-    force_python_bwrap_init(monkeypatch)
-    policy = pysandbox.Policy.default(workdir=tmp_path).replace(caps_keep=("sys_ptrace",))
-    res = oracles.run_probe(ATTACKS, policy, "bwrap")
-    assert res["_returncode"] == 0, res["_stderr"]
-    done = pysandbox.run(["head", "-c", "64", "/proc/1/cmdline"], policy=policy, backend="bwrap",
-                         capture_output=True, timeout=oracles.PROBE_TIMEOUT)
-    assert b"-I\0-S\0-c" in done.stdout   # it really was the Python init
-    for name in NAMES:
-        assert res[f"{name}_child"]["ok"], (name, res[f"{name}_child"])
-        got = res[f"{name}_1"]
-        assert got["ok"] is False and got["errname"] in ("EPERM", "EACCES"), (name, got)

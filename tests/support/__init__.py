@@ -125,17 +125,3 @@ def processes_with(needle: str) -> list[tuple[int, bytes]]:
         if want in cmd:
             found.append((int(name), cmd))
     return found
-
-
-def force_python_bwrap_init(monkeypatch) -> None:
-    """The bwrap backend with its Python init, as without the native module (needs bwrap;
-    the native module's init memfd is made to fail as a missing module does)."""
-    why = host_capability("bwrap")
-    if why is not None:
-        need("bwrap", why)
-    from pysandbox.backends import bwrap_init
-    from pysandbox.errors import BackendUnavailable, Reason
-
-    def missing():
-        raise BackendUnavailable("simulated: no native module", Reason.BWRAP_INIT_UNAVAILABLE)
-    monkeypatch.setattr(bwrap_init, "init_memfd", missing)

@@ -161,6 +161,32 @@ def test_backends_do_not_reach_the_policy_through_the_plan():
     assert uses == [] and "policy" not in fields, (uses, sorted(fields))
 
 
+POLICY_RECORDS = ("Policy", "Network")   # what a backend is never handed (it gets a Plan)
+
+
+def _policy_record_imports(module: str, path: Path, tree) -> list[str]:
+    """``from <pysandbox.policy> import Policy/Network`` anywhere in ``tree`` (functions too)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and _resolve(module, path.name == "__init__.py", node) == "pysandbox.policy":
+            out += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}" for a in node.names if a.name in POLICY_RECORDS]
+    return out
+
+
+def test_backends_import_no_policy_record():
+    """No module under pysandbox/backends/ imports ``Policy`` or ``Network`` (issue 26 item
+    4: backends import the Plan; a constant such as CAPABILITIES is not a record). Live
+    control: the same check finds one in a made-up backend module."""
+    mods = {m: p for m, p in _modules().items() if m.startswith("pysandbox.backends")}
+    assert mods, "no backend module found"
+    found = [hit for m, p in mods.items() for hit in _policy_record_imports(m, p, ast.parse(p.read_text()))]
+    fake = ROOT / "pysandbox" / "backends" / "made_up.py"
+    control = _policy_record_imports("pysandbox.backends.made_up", fake, ast.parse(
+        "def status(policy=None):\n    from ..policy import Policy\n    return Policy.default()\n"))
+    assert control == ["pysandbox/backends/made_up.py:2: Policy"], control
+    assert found == [], found
+
+
 def _reachable(root) -> list:
     """Every object reachable from ``root`` through dataclass fields, slots, instance
     dictionaries of pysandbox objects, and containers (the object graph a backend gets)."""
@@ -187,10 +213,12 @@ def _reachable(root) -> list:
 
 
 def test_no_policy_is_reachable_from_a_compiled_plan(tmp_path):
-    """What a backend is handed holds no Policy: the object graph of plans compiled from
-    policies that use every part of the policy (network modes, limits, binds, hides,
-    overlays, capabilities, rlimits) reaches no :class:`Policy` instance. Live control: the
-    same walk finds the Policy when one is put beside the plan."""
+    """What a backend is handed holds no Policy, nor any record of pysandbox/policy.py
+    (its ``Network`` included: the plan has the mode, and proxy mode's rules as its own
+    ``ProxyRules``): the object graph of plans compiled from policies that use every part
+    of the policy (network modes, limits, binds, hides, overlays, capabilities, rlimits)
+    reaches no instance of a class defined there. Live controls: the same walk finds the
+    Policy when one is put beside the plan, and a Network put in a plan."""
     from pysandbox.limits import Limits
     from pysandbox.plan import compile as compile_plan
     from pysandbox.policy import Network, Policy
@@ -204,11 +232,16 @@ def test_no_policy_is_reachable_from_a_compiled_plan(tmp_path):
         Policy.default(workdir=str(work), network=Network("proxy", allow_hosts=("example.test",))),
         Policy.default(workdir=str(work)).replace(limits=Limits(memory=64 << 20, pids=64)),
     ]
+    def policy_records(root):
+        return [type(o).__name__ for o in _reachable(root) if type(o).__module__ == "pysandbox.policy"]
     for policy in policies:
         plan = compile_plan(policy)
-        found = [type(o).__name__ for o in _reachable(plan) if isinstance(o, Policy)]
-        assert found == [], (policy, found)
-    assert any(isinstance(o, Policy) for o in _reachable((plan, policies[-1])))   # control
+        assert policy_records(plan) == [], (policy, policy_records(plan))
+    proxy = compile_plan(policies[2])
+    assert proxy.network == "proxy" and proxy.proxy.allow_hosts == ("example.test",)
+    assert "Policy" in policy_records((plan, policies[-1]))   # control
+    from pysandbox.records import replace
+    assert policy_records(replace(proxy, proxy=Network("proxy"))) == ["Network"]   # control
 
 
 def test_no_private_name_is_imported_from_another_module():
