@@ -96,3 +96,15 @@ def _set(doc, path, value):
         node = node[key]
     node[path[-1]] = value
     return out
+
+
+def test_a_session_proxy_password_is_masked_and_nothing_else():   # R8
+    def env(**kw):
+        return flatten({"env": kw}, HOST)
+    a = env(HTTP_PROXY="http://c1:one@127.0.0.1:3128", all_proxy="socks5h://c1:one@127.0.0.1:3128")
+    b = env(HTTP_PROXY="http://c1:two@127.0.0.1:3128", all_proxy="socks5h://c1:two@127.0.0.1:3128")
+    assert diff(a, b) == []
+    # controls: the user, the address, and a variable that is not a proxy's still differ
+    assert diff(env(HTTP_PROXY="http://c1:x@127.0.0.1:3128"), env(HTTP_PROXY="http://c2:x@127.0.0.1:3128"))
+    assert diff(env(HTTP_PROXY="http://c1:x@127.0.0.1:3128"), env(HTTP_PROXY="http://c1:x@127.0.0.2:3128"))
+    assert diff(env(OTHER="http://c1:one@h"), env(OTHER="http://c1:two@h"))

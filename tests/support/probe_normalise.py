@@ -32,6 +32,9 @@ R7  A mount that no path reaches, because a later mount sits on the same mount
     sandbox /dev), keeps its place, type, source and root, but its options and
     propagation read "<covered>". Without CAP_SYS_ADMIN nothing can unmount what
     covers it, so nothing can read, write or exec through it.
+R8  In a session in network proxy mode, the password in the userinfo of each proxy
+    variable (``http://c1:SECRET@127.0.0.1:3128``) reads "<secret>": a fresh random
+    credential per command (pysandbox/session_proxy.py); the user name stays.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from __future__ import annotations
 import re
 
 _DELETED_ROOT = re.compile(r"^/.*//deleted$")
+_PROXY_SECRET = re.compile(r"^([a-z0-9]+://[^:@/]+:)[^@/]+@")
+_PROXY_VARIABLES = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"}
 
 
 def normalise_mounts(mounts, host_devs: frozenset) -> list[dict]:
@@ -111,6 +116,9 @@ def flatten(doc: dict, host_devs: frozenset) -> dict[str, object]:
         doc["pid"] = doc["ppid"] = "<host pid>"
         if isinstance(doc.get("status"), dict):
             doc["status"].update(NSpid="<host pid>", NSsid="<host pid>")
+    if isinstance(doc.get("env"), dict):                                                   # R8
+        doc["env"] = {k: _PROXY_SECRET.sub(r"\1<secret>@", v) if k in _PROXY_VARIABLES and isinstance(v, str)
+                      else v for k, v in doc["env"].items()}
     for key, value in doc.items():
         if key == "detail":
             continue   # a launch failure's message: shown in reports, not compared
