@@ -61,6 +61,7 @@ from . import denial_calls as _calls
 from . import seccomp as _seccomp
 from .denial_paths import base_fd, read_only_target
 from .errors import CapabilityUnavailable, Reason, SetupError
+from .fdrecv import receive
 
 MAX_RECORDS = 256    # distinct targets per command (one-shot: per sandbox)
 MAX_TOTAL = 4096     # a session's, every command's and the unattributed ones together
@@ -178,6 +179,7 @@ class Observer:
         self._connect = policy.network.mode != "allow"
         self._ours, self._theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener = -1
+        self._received = False   # the listener came (the observer may have closed it since)
         self._records: dict = {}   # (session id or None, kind, target) -> Denial
         self._lock = threading.Lock()
         self._cuts: dict = {}      # session id or None -> distinct targets dropped
@@ -213,20 +215,18 @@ class Observer:
         """The listener, if it came (either thread; once)."""
         with self._lock:
             if self._listener < 0 and self._ours.fileno() >= 0:
-                # close-on-exec at once: no other child of the launcher may ever hold it
-                # (it could answer CONTINUE to the filter's refusals). recvmsg, not
-                # socket.recv_fds: that one drops its flags argument (CPython 3.11).
+                # close-on-exec at once (fdrecv.py): no other child of the launcher may
+                # ever hold it (it could answer CONTINUE to the filter's refusals)
                 try:
-                    _, anc, _, _ = self._ours.recvmsg(1, socket.CMSG_LEN(4),
-                                                      socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC)
+                    _, fds = receive(self._ours, 1, 1, socket.MSG_DONTWAIT)
                 except OSError:
-                    anc = []
-                fds = [struct.unpack_from("=i", data)[0] for level, kind, data in anc
-                       if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS and len(data) >= 4]
+                    fds = []
                 if fds:
-                    self._listener = fds[0]
+                    self._listener, self._received = fds[0], True
                     self._ours.close()
-            return self._listener >= 0
+            # received, not held: a command that exited at once may already have ended the
+            # observer (its listener hung up and closed) before the spawn returned (bwrap)
+            return self._received
 
     def finish(self, wait: float = 2.0) -> None:
         """The command is gone: wait (at most ``wait`` seconds) for the listener to hang up

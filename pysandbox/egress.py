@@ -102,10 +102,11 @@ class Egress:
                 caller ends the sandbox.
         """
         import socket
+        from .fdrecv import receive
         from .proxy.server import EgressProxy
         self._theirs.close()   # ours only now: the setup closed its copy
         try:
-            _, fds, _, _ = socket.recv_fds(self._ours, 1, 2, socket.MSG_DONTWAIT)
+            _, fds = receive(self._ours, 1, 2, socket.MSG_DONTWAIT)   # close-on-exec (fdrecv.py)
         except (BlockingIOError, OSError):
             fds = []
         finally:

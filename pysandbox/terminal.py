@@ -32,6 +32,7 @@ import time
 import tty
 
 from .errors import Reason, SetupError
+from .fdrecv import receive
 from .lifecycle import KILL_GRACE
 
 MASTER_TIMEOUT = 30.0   # seconds to wait for the master once the command was executed
@@ -95,7 +96,7 @@ def receive_master(sock: socket.socket, timeout: float = MASTER_TIMEOUT) -> int:
     """
     sock.settimeout(timeout)
     try:
-        msg, fds, _flags, _addr = socket.recv_fds(sock, 1, 1)
+        msg, fds = receive(sock, 1, 1)   # close-on-exec (fdrecv.py)
     except (OSError, socket.timeout) as exc:
         raise SetupError(f"the sandbox's terminal: no pty master came from the setup ({exc})",
                          Reason.TERMINAL_UNAVAILABLE, stage="terminal") from None

@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -222,7 +221,10 @@ def compare(case, bwrap_rec: dict, ours: dict, base: str, tolerate) -> list:
 
 
 def cleanup(base: str) -> None:
-    shutil.rmtree(base, ignore_errors=True)
+    """Remove a tree, whatever modes a run left in it: an overlay case's ``work/work`` is
+    mode 000, which a plain rmtree skipped for a user (a /tmp leftover per case)."""
+    from pysandbox.workspace import rmtree
+    rmtree(base)
 
 
 def require_tools(ref: str = "system") -> dict:

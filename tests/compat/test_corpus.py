@@ -99,6 +99,7 @@ def tree():
     base = harness.make_tree()
     yield base
     harness.cleanup(base)
+    assert not os.path.lexists(base), f"{base} left behind"
 
 
 def _reference(name):
@@ -141,6 +142,7 @@ def test_same_as_bwrap(case, reference, tree):
             return
     finally:
         harness.cleanup(base)
+    assert not os.path.lexists(base), f"{base} left behind"
     assert not diffs, f"{case.name}: bwrap {_vtext(version)} vs pybwrap differ:\n" + "\n".join(
         f"  {k}: bwrap={a!r} pybwrap={b!r}" for k, a, b in diffs[:40]) + \
         f"\n  bwrap stderr: {theirs['stderr'][-400:]!r}\n  pybwrap stderr: {ours['stderr'][-400:]!r}"
