@@ -79,9 +79,10 @@ from ..probe.bwrap import capabilities, probe_plan
 from . import monitor
 from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
-                         read_words, searchable_parents)
-from .bwrap_launch import INFO_TIMEOUT, BwrapChild, pdeathsig_preexec, pid1_fd, read_info, spawner, wait_for_exec
-from .bwrap_render import DataFds, caller_fds, flatten, init_mode, nul_joined, proc_in_sandbox, render
+                         init_unreachable, read_words)
+from .bwrap_launch import (INFO_TIMEOUT, BwrapChild, end_bwrap, pdeathsig_preexec, pid1_fd, read_info, spawner,
+                           wait_for_exec)
+from .bwrap_render import DataFds, caller_fds, flatten, init_mode, nul_joined, render
 
 
 class BwrapBackend:
@@ -287,14 +288,13 @@ class BwrapBackend:
             try:
                 launch.on_start(child.sandbox_pid)
             except BaseException:
-                proc.kill()   # bwrap, our child: its death takes the sandbox with it
-                os.waitpid(proc.pid, 0)
+                end_bwrap(proc)   # bwrap, our child: its death takes the sandbox with it
                 child.close()
                 if gate_w != -1:
                     os.close(gate_w)
                 raise
         if watched:
-            self._watch(child, proc, gate_w)
+            self._watch(child, proc, gate_w, plan)
         if init:
             self._wait_for_init(child, proc, info, plan, exe)
         elif wait_for_exec(child, info.path) == 1:
@@ -306,7 +306,7 @@ class BwrapBackend:
         return child
 
     @staticmethod
-    def _watch(child: BwrapChild, proc, gate_w: int) -> None:
+    def _watch(child: BwrapChild, proc, gate_w: int, plan) -> None:
         """as_pid_1: start the launcher's lifetime monitor on pid 1's pidfd (checked to be
         bwrap's child, so no reused pid), then open our init's gate (``-w``): the command
         runs only once the monitor exists. A monitor that cannot start fails the launch,
@@ -320,12 +320,16 @@ class BwrapBackend:
                 raise SetupError("as_pid_1: the sandbox's pid 1 ended before its lifetime monitor could hold it; "
                                  "the command did not run", Reason.SETUP_FAILED, stage="lifetime monitor")
             child.monitor = monitor.start(child.pidfd)
-            os.write(gate_w, b"\1")
+            try:
+                os.write(gate_w, b"\1")
+            except BrokenPipeError:   # the init is gone (bwrap could not exec it, or its setup failed)
+                raise init_unreachable(plan) or SetupError(
+                    "as_pid_1: the sandbox ended before its init's gate opened; the command did not run",
+                    Reason.SETUP_FAILED, stage="lifetime monitor") from None
         except BaseException:
             os.close(gate_w)
-            proc.kill()   # bwrap, our child: its death takes the sandbox with it
-            os.waitpid(proc.pid, 0)
-            child.close()
+            end_bwrap(proc)   # bwrap, our child: its death takes the sandbox with it
+            child.close()   # the monitor too: a failure here must leave no process behind
             raise
         os.close(gate_w)
 
@@ -367,14 +371,10 @@ class BwrapBackend:
         child.close()
         if ended is not None and ended.si_code == os.CLD_EXITED and ended.si_status == 1:
             self._setup_failed(proc, info, plan)
-            proc_dest = proc_in_sandbox(plan)
-            if init_mode(plan) and proc_dest is not None and not searchable_parents(proc_dest, plan.mount_ops):
+            unreachable = init_unreachable(plan)
+            if unreachable is not None:
                 os.waitpid(proc.pid, 0)
-                raise BackendUnavailable(
-                    f"bwrap could not exec the backend's init through {proc_dest}/self/fd: a directory above "
-                    f"{proc_dest} is one bwrap made itself (mode 0700, for its setup's uid), which the "
-                    f"sandbox's uid may not enter; the command did not run. Mount the procfs at /proc, or "
-                    f"create its parents with Dir(), or use the native backend", Reason.BWRAP_INIT_UNAVAILABLE)
+                raise unreachable
         os.waitpid(proc.pid, 0)
         how = "" if ended is None else (f" (exit {ended.si_status})" if ended.si_code == os.CLD_EXITED
                                         else f" (signal {ended.si_status})")

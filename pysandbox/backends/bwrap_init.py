@@ -222,3 +222,16 @@ def init_failure(step: int, err: int, k: int, exe: str, plan: P.Plan) -> Excepti
             "LIFELINE": "lifeline"}.get(name or "", f"step {step}")
     return SetupError(f"the bwrap backend's init failed at its {what} step ({os.strerror(err) if err else err}); "
                       f"the command did not run", Reason.SETUP_FAILED, stage="init", errno=err or None)
+
+
+def init_unreachable(plan) -> BackendUnavailable | None:
+    """Why bwrap cannot have exec'd our init for ``plan``, when a parent of its procfs is
+    one bwrap made itself; else None."""
+    proc_dest = proc_in_sandbox(plan)
+    if not init_mode(plan) or proc_dest is None or searchable_parents(proc_dest, plan.mount_ops):
+        return None
+    return BackendUnavailable(
+        f"bwrap could not exec the backend's init through {proc_dest}/self/fd: a directory above "
+        f"{proc_dest} is one bwrap made itself (mode 0700, for its setup's uid), which the "
+        f"sandbox's uid may not enter; the command did not run. Mount the procfs at /proc, or "
+        f"create its parents with Dir(), or use the native backend", Reason.BWRAP_INIT_UNAVAILABLE)

@@ -267,3 +267,16 @@ def read_info(fd: int, timeout: float = INFO_TIMEOUT) -> bytes:
         if not chunk:
             return data
         data += chunk
+
+
+def end_bwrap(proc) -> None:
+    """SIGKILL and reap bwrap, whose pid only we reap (``_child_created`` is False). Not
+    ``proc.kill()``: subprocess polls first, and a bwrap that already exited (its setup
+    failed) was reaped there, so the caller's ``waitpid`` raised ECHILD in place of the
+    launch's own error and skipped the cleanup after it (the lifetime monitor was left a
+    zombie)."""
+    try:
+        os.kill(proc.pid, signal.SIGKILL)   # not reaped yet: the pid is still bwrap's
+    except ProcessLookupError:
+        pass
+    os.waitpid(proc.pid, 0)

@@ -1,0 +1,53 @@
+"""The bwrap backend's as_pid_1 start when the sandbox dies between the lifetime
+monitor's start and the init's gate (pysandbox/backends/bwrap.py ``_watch``): the launch
+raises its own typed error and leaves no process of the launcher behind. Before the fix,
+``proc.kill()`` polled and reaped a bwrap that had already exited, the ``waitpid`` after
+it raised ChildProcessError (ECHILD) in place of the launch's error, and the cleanup after
+it never ran: the monitor stayed a zombie of the launcher (seen in CI as a differential
+mismatch "bwrap: ChildProcessError" and a zombie failing four later tests). Live control:
+the same launch without the injected death runs."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+import pytest
+
+import pysandbox
+from pysandbox.backends import monitor
+
+pytestmark = pytest.mark.requires("userns", "bwrap")
+
+
+def _children() -> set[int]:
+    out = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            out |= {int(p) for p in f.read().split()}
+    return out
+
+
+def _policy(tmp_path):
+    return pysandbox.Policy.default(workdir=str(tmp_path)).replace(as_pid_1=True)
+
+
+def test_a_sandbox_dying_before_the_gate_fails_typed_and_leaves_nothing(tmp_path, monkeypatch):
+    done = pysandbox.run(["true"], policy=_policy(tmp_path), backend="bwrap")   # live control
+    assert done.returncode == 0
+    real = monitor.start
+
+    def start_then_kill_pid1(pid1_fd):
+        got = real(pid1_fd)
+        signal.pidfd_send_signal(pid1_fd, signal.SIGKILL)   # the sandbox's pid 1 (our init) dies
+        select.select([pid1_fd], [], [], 10)
+        time.sleep(0.5)   # and bwrap after it: exited before the launcher's cleanup runs
+        return got
+
+    monkeypatch.setattr(monitor, "start", start_then_kill_pid1)
+    before = _children()
+    with pytest.raises(pysandbox.SandboxError):
+        pysandbox.run(["true"], policy=_policy(tmp_path), backend="bwrap")
+    assert _children() - before == set()
