@@ -116,7 +116,6 @@ PSB_START(psb_session_main);
 #define MAX_FDS 64
 #define MAX_PAYLOAD (8u << 20)
 #define MAX_STRINGS 65536
-#define HIGH_FD 900   /* received descriptors are moved above every target first */
 
 struct iovec { void *base; unsigned long len; };
 struct msghdr {
@@ -265,13 +264,14 @@ static void __attribute__((noreturn, used)) command(struct cmd_args *a)
     /* Every received descriptor above every target, then onto its target; then nothing
      * else stays open. */
     long maxt = 2;
+    for (int k = 0; k < nfds; k++)
+        if ((long)targets[k] > maxt)
+            maxt = targets[k];
     for (int k = 0; k < nfds; k++) {
-        long hi = sys6(NR_FCNTL, a->fds[k], F_DUPFD_CLOEXEC, HIGH_FD + k, 0, 0, 0);
+        long hi = sys6(NR_FCNTL, a->fds[k], F_DUPFD_CLOEXEC, maxt + 1, 0, 0, 0);
         if (hi < 0)
             cmd_fail(9 /* EBADF */, PSB_TAIL_FDS);
         fds[k] = hi;
-        if ((long)targets[k] > maxt)
-            maxt = targets[k];
     }
     for (int k = 0; k < nfds; k++)
         if (sys6(NR_DUP2, fds[k], targets[k], 0, 0, 0, 0) < 0)

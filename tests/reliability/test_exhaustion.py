@@ -64,3 +64,34 @@ def test_out_of_descriptors(backend, tmp_path):
            f"threads: {[t.name for t in threading.enumerate()]}")
     assert isinstance(outcomes[0][1], str), why                   # the low side was reached
     assert [code for _, code in outcomes[-SUCCESSES:]] == [3] * SUCCESSES, why   # and the high side
+
+
+def test_a_session_works_under_a_low_descriptor_limit(backend, tmp_path):
+    # The session's keeper used to move a command's descriptors to 900 and above on their
+    # way to their targets, so a launcher whose soft RLIMIT_NOFILE was below about 964 (a
+    # service manager's 512, say) could start the session but no command in it. Now they
+    # go just above the highest target. The descriptor passed in sits at 100 (below the
+    # limit) and must arrive there; the control is the same command run one-shot.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = 256
+    if soft < limit:
+        pytest.skip(f"the soft descriptor limit is already {soft}")
+    policy = pysandbox.Policy.default(workdir=str(tmp_path))
+    probe = ["/bin/sh", "-c", "exec head -n1 /proc/self/fd/100"]
+    read_end, write_end = os.pipe()
+    try:
+        os.dup2(read_end, 100)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+        with pysandbox.Sandbox(policy, backend=backend) as sb:
+            for word in ("first", "second"):
+                os.write(write_end, word.encode() + b"\n")
+                done = sb.run(probe, pass_fds=(100,), capture_output=True, text=True)
+                assert (done.returncode, done.stdout) == (0, word + "\n"), done
+        os.write(write_end, b"control\n")
+        control = pysandbox.run(probe, policy=policy, backend=backend, pass_fds=(100,),
+                                capture_output=True, text=True)
+        assert (control.returncode, control.stdout) == (0, "control\n"), control
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for fd in (100, read_end, write_end):
+            os.close(fd)
