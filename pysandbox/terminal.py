@@ -100,10 +100,8 @@ def receive_master(sock: socket.socket, timeout: float = MASTER_TIMEOUT) -> int:
     except (OSError, socket.timeout) as exc:
         raise SetupError(f"the sandbox's terminal: no pty master came from the setup ({exc})",
                          Reason.TERMINAL_UNAVAILABLE, stage="terminal") from None
-    for extra in fds[1:]:
-        os.close(extra)
     if msg != b"T" or not fds:
-        for fd in fds[:1]:
+        for fd in fds:   # at most one: receive() closed any beyond it
             os.close(fd)
         raise SetupError("the sandbox's terminal: no pty master came from the setup",
                          Reason.TERMINAL_UNAVAILABLE, stage="terminal")

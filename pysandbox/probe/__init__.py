@@ -24,6 +24,7 @@ import sys
 import threading
 
 from ..errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
+from ..pathtree import within
 from ..records import dataclass, field
 
 TYPE_CHECKING = False
@@ -232,14 +233,10 @@ def _usable(path: str, where: str) -> str:
     return real
 
 
-def _inside(path: str, base: str) -> bool:
-    return base == "/" or path == base or path.startswith(base.rstrip("/") + "/")
-
-
 def _check_not_writable(path: str, real: str, writable) -> None:
     for w in writable:
         for p in {os.path.abspath(path), real}:
-            if _inside(p, w):
+            if within(p, w):
                 raise BackendUnavailable(
                     f"bwrap {path} lies inside {w}, which the sandbox can write; refusing it",
                     Reason.BWRAP_IN_WRITABLE_PATH)
