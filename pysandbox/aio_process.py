@@ -66,6 +66,7 @@ class Process:
         self.stdout = stdout
         self.stderr = stderr
         self._transports = list(transports)
+        self._settled = False
 
     def __repr__(self):
         return f"<pysandbox.aio.Process {self.pid}>"
@@ -110,7 +111,15 @@ class Process:
         Raises:
             Whatever was set on the exit future.
         """
-        return await asyncio.shield(self._exit)
+        code = await asyncio.shield(self._exit)
+        settle = getattr(self._popen, "settle", None)
+        if settle is not None and not self._settled:
+            # A session command's denials and proxy records may take a moment to be
+            # complete (their observers catch up, up to seconds): waited for off the loop,
+            # so reading them afterwards never blocks it.
+            await asyncio.get_running_loop().run_in_executor(None, settle)
+            self._settled = True
+        return code
 
     def send_signal(self, sig) -> None:
         """Deliver ``sig`` to the command (SIGKILL: the whole sandbox). Nothing once it ended."""

@@ -125,6 +125,20 @@ class SessionProcess(RemotePopen):
         return self.session.backend_name
 
     @property
+    def settle(self):
+        """None, or (once the command ended, while its ``denials``/``proxy`` records are
+        still being completed) a callable that waits until they are, so reading them does
+        not block: pysandbox/aio_process.py runs it off the event loop."""
+        if self.session.observer is None and self.proxy is None:
+            return None
+        return self._settle
+
+    def _settle(self) -> None:
+        self.denials
+        if self.proxy is not None:
+            self.proxy.counts
+
+    @property
     def denials(self):
         """What the sandbox refused this command (``report_denials``; pysandbox/denials.py):
         the processes of its session (a descendant that made a session of its own is

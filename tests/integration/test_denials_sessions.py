@@ -86,3 +86,56 @@ def test_an_asyncio_session_command_carries_its_own(backend, tmp_path):
     refused, allowed = asyncio.run(main())
     assert [d.target for d in refused.denials] == ["/etc/psb-aio-session"]
     assert list(allowed.denials) == []
+
+
+def test_an_asyncio_session_waits_for_the_records_off_the_loop(backend, tmp_path, monkeypatch):
+    # A command's records may take a while to be complete (its observer catching up):
+    # that wait must run off the event loop, which keeps serving other tasks meanwhile.
+    # The wait is made long here (0.5 s); a ticker counts the loop's turns during it. The
+    # control: the same wait made on the loop's thread (the old behaviour) lets no tick in.
+    import asyncio
+    import time
+
+    from pysandbox.aio_session import Sandbox as AioSandbox
+    from pysandbox.session import SessionProcess
+
+    settle = SessionProcess._settle
+
+    def slow_settle(self):
+        time.sleep(0.5)
+        settle(self)
+    monkeypatch.setattr(SessionProcess, "_settle", slow_settle)
+
+    async def ticks_during(work) -> tuple[int, object]:
+        count = 0
+
+        async def tick():
+            nonlocal count
+            while True:
+                await asyncio.sleep(0.01)
+                count += 1
+        ticker = asyncio.ensure_future(tick())
+        await asyncio.sleep(0.05)
+        start = count
+        try:
+            out = await work()
+        finally:
+            ticker.cancel()
+        return count - start, out
+
+    async def main():
+        pol = pysandbox.Policy.default(workdir=tmp_path, report_denials=True)
+        async with AioSandbox(policy=pol, backend=backend) as sb:
+            ticks, done = await ticks_during(
+                lambda: sb.run(["sh", "-c", "touch /etc/psb-aio-loop"], capture_output=True, timeout=60))
+            proc = await sb.create_subprocess_exec("true")
+            await asyncio.shield(proc._exit)     # ended, its records not yet read
+
+            async def on_the_loop():
+                return proc._popen.settle()
+            control, _ = await ticks_during(on_the_loop)
+        return ticks, done, control
+    ticks, done, control = asyncio.run(main())
+    assert [d.target for d in done.denials] == ["/etc/psb-aio-loop"]
+    assert ticks >= 10, ticks          # the loop turned while the records settled
+    assert control <= 1, control       # control: the same wait on the loop's thread blocks it
