@@ -20,18 +20,21 @@ def add_arguments(parser) -> None:
     what.add_argument("--commit", action="store_true",
                       help="with --workspace: apply the changes if the command exits 0")
     what.add_argument("--discard", action="store_true", help="with --workspace: drop the changes")
+    group.add_argument("--allow-git", action="store_true",
+                       help="with --workspace: commit git metadata the command made (a nested .git, a bare "
+                            "repository), which is refused otherwise: the host's git would obey it")
 
 
 def workdir(args, given):
     """The workdir ``Policy.default`` gets: a Workspace of ``given`` with --workspace.
 
     Raises:
-        PolicyError: ``conflicting_options`` (--commit/--discard alone, --no-workdir).
+        PolicyError: ``conflicting_options`` (--commit/--discard/--allow-git alone, --no-workdir).
     """
     from .errors import PolicyError, Reason
     if not getattr(args, "workspace", False):
-        if getattr(args, "commit", False) or getattr(args, "discard", False):
-            raise PolicyError("--commit and --discard go with --workspace", Reason.CONFLICTING_OPTIONS)
+        if any(getattr(args, name, False) for name in ("commit", "discard", "allow_git")):
+            raise PolicyError("--commit, --discard and --allow-git go with --workspace", Reason.CONFLICTING_OPTIONS)
         return given
     if given is None:
         raise PolicyError("--workspace overlays the workdir: it cannot go with --no-workdir",
@@ -72,12 +75,12 @@ def finished(args, run) -> int:
         if not changes:
             return code
         if args.commit and code == 0:
-            ws.commit()
+            ws.commit(allow_git=args.allow_git)
             sys.stderr.write(f"pysandbox: workspace: committed {len(changes)} change(s) to {ws.project}\n")
         elif args.commit:
             sys.stderr.write(f"pysandbox: workspace: the command exited {code}: nothing committed\n")
         elif not args.discard and os.isatty(0) and os.isatty(2) and _ask():
-            ws.commit()
+            ws.commit(allow_git=args.allow_git)
             sys.stderr.write(f"pysandbox: workspace: committed {len(changes)} change(s)\n")
         else:
             sys.stderr.write("pysandbox: workspace: discarded (pass --commit to apply)\n")

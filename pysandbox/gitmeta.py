@@ -22,7 +22,8 @@ obeys it), a ``.git`` that is a symlink (a bind cannot cover the link itself; th
 command could replace it), one created after the policy was built (a workdir inside a
 repository without a ``.git`` of its own can get one), and everything else the host runs
 from the project later (``Makefile``, ``.venv``, ``node_modules/.bin``, editor settings):
-review the change before running it, or use a Workspace.
+review the change before running it, or use a Workspace (whose commit refuses git
+metadata the command made anywhere: pysandbox/workspace_git.py).
 """
 
 from __future__ import annotations

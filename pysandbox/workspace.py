@@ -199,10 +199,12 @@ class Workspace:
 
     # -- commit, discard ------------------------------------------------------------------------
 
-    def commit(self, paths=None, *, max_file_size: int = 1 << 30) -> list[L.Change]:
+    def commit(self, paths=None, *, max_file_size: int = 1 << 30, allow_git: bool = False) -> list[L.Change]:
         """Apply the reviewed changes (all, or those at or below ``paths``) to the host
         project and drop them from the layer; returns what was applied
-        (workspace_commit.py says how, and how to finish an interrupted commit).
+        (workspace_commit.py says how, and how to finish an interrupted commit). Git
+        metadata the command made (a nested ``.git``, a bare repository) is refused
+        unless ``allow_git`` (workspace_git.py).
 
         Raises:
             WorkspaceConflict: a host entry changed since the workspace was opened.
@@ -210,7 +212,7 @@ class Workspace:
                 ``workspace_file_too_large``, ``invalid_path``. Nothing was applied.
         """
         from .workspace_commit import commit
-        done = commit(self, paths, max_file_size)
+        done = commit(self, paths, max_file_size, allow_git)
         self._reviewed = None
         return done
 

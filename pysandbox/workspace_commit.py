@@ -15,6 +15,8 @@ The layer was written by a command we do not trust, so commit:
   REFUSED (``workspace_unsafe_entry``, the paths named; commit the others with
   ``paths=``), so what is applied is what was reviewed. Files are created by the caller
   (owned by the caller's uid), mode & 0o777; hard links are committed as separate files;
+- refuses git metadata outside the project's own ``.git`` (a nested repository's
+  ``.git``, a bare repository's ``config``: pysandbox/workspace_git.py) unless ``allow_git``;
 - refuses files larger than ``max_file_size`` (a sparse 100 GiB ``truncate``);
 - raises :class:`WorkspaceConflict` when a host entry it would replace or delete has a
   ctime not before the workspace was opened (changed on the host since), unless it is
@@ -43,6 +45,7 @@ import stat
 
 from . import workspace_layer as L
 from .errors import Reason, WorkspaceConflict, WorkspaceError
+from .workspace_git import git_metadata
 
 UNSAFE_TYPES = ("char", "block", "socket")
 STAGE_PREFIX = ".pysandbox-commit-"
@@ -125,7 +128,7 @@ def _record(ws, project_fd, chosen) -> None:
             ws._ours.pop(path, None)
 
 
-def commit(ws, paths, max_file_size) -> list:
+def commit(ws, paths, max_file_size, allow_git: bool = False) -> list:
     current = ws._compute()
     if ws._reviewed is None:
         ws._reviewed = current
@@ -138,6 +141,11 @@ def commit(ws, paths, max_file_size) -> list:
     _refuse_unsafe(chosen, max_file_size)
     layer_fds, project_fd = ws._open()
     try:
+        git = [] if allow_git else git_metadata(chosen, current, project_fd)   # workspace_git.py
+        if git:
+            raise WorkspaceError("refused (git metadata: the host's git would obey it; allow_git=True, "
+                                 "--allow-git, if you mean it): " + ", ".join(map(L.show, git)),
+                                 Reason.WORKSPACE_UNSAFE_ENTRY, git)
         conflicts = [c.path for c in chosen if _changed_since(project_fd, c, ws.opened_ns, ws._ours)]
         if conflicts:
             raise WorkspaceConflict("changed on the host since the workspace was opened: "

@@ -386,3 +386,18 @@ def test_a_second_commit_does_not_take_the_first_for_a_conflict(ws, project):
     (project / "edit").write_text("host\n")              # control: a host change after it is one
     with pytest.raises(WorkspaceConflict):
         ws.commit()
+
+
+def test_cli_refuses_git_metadata_the_command_made_unless_allowed(project):
+    # A command plants a nested repository whose config runs a command on the host's next
+    # `git status` there; the commit refuses it and applies nothing. Control: --allow-git.
+    plant = "mkdir -p sub/.git && printf '[core]\\n\\tfsmonitor = false\\n' > sub/.git/config && echo new > edit"
+    refused = _cli(project, "--workspace", "--commit", "--", "sh", "-c", plant)
+    assert refused.returncode != 0 and "workspace_unsafe_entry" in refused.stderr, refused.stderr
+    assert "sub/.git" in refused.stderr and "git metadata" in refused.stderr
+    assert not (project / "sub" / ".git").exists() and (project / "edit").read_text() == "old\n"
+    allowed = _cli(project, "--workspace", "--commit", "--allow-git", "--", "sh", "-c", plant)
+    assert allowed.returncode == 0, allowed.stderr
+    assert (project / "sub" / ".git" / "config").exists() and (project / "edit").read_text() == "new\n"
+    usage = _cli(project, "--allow-git", "--", "true")
+    assert usage.returncode == 2 and "conflicting_options" in usage.stderr

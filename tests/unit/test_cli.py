@@ -36,7 +36,7 @@ DESIGN_RUN = ("--backend", "--network", "--allow-host", "--workdir", "--no-workd
               # git metadata's opt-out (README "Git metadata", pysandbox/gitmeta.py)
               "--writable-git",
               # workspaces (README "Workspaces", pysandbox/cli_workspace.py)
-              "--workspace", "--commit", "--discard")
+              "--workspace", "--commit", "--discard", "--allow-git")
 DESIGN_STATUS = ("--backend", "--network", "--allow-host", "--json", "--profile", "--no-hide-credentials",
                  "--writable-git")
 
