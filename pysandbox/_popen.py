@@ -56,6 +56,11 @@ class BackendPopen(subprocess.Popen):
         finally:
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
 
+    @property
+    def child(self):
+        """The backend's handle of the started command (None before it started)."""
+        return self._child
+
     def _start_child(self, argv, stdin, stdout, stderr):  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -53,7 +53,7 @@ class Sandbox:
         ch = self._sync.channel
         events, lost = ch.read_events(0)
         with ch.cv:
-            ch._dispatch(events, lost)
+            ch.dispatch(events, lost)
             ch.cv.notify_all()
         if ch.lost is not None:
             self._loop.remove_reader(ch.sock.fileno())
@@ -79,7 +79,7 @@ class Sandbox:
             popen = S.SessionProcess(self._sync, list(argv), stdin=stdin, stdout=stdout, stderr=stderr,
                                      cwd=cwd, env=env, pass_fds=pass_fds, bufsize=0, _deferred=True, **kwargs)
             await asyncio.sleep(0)
-        child = popen._child
+        child = popen.child
         started, fut = loop.create_future(), loop.create_future()
         self._exits[child.cid] = (child.cmd, fut, started)
         self._settle()

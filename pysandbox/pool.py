@@ -175,7 +175,7 @@ class Pool:
         except BaseException:
             self._discard(sb)
             raise
-        proc._child.on_close = lambda: self._discard(sb)
+        proc.child.on_close = lambda: self._discard(sb)
         return proc
 
     def run(self, args, *, timeout: float | None = None, kill_grace: float = KILL_GRACE, **kwargs):

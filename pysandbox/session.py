@@ -340,7 +340,7 @@ class Sandbox:
             self._server.wait()
         with self.channel.cv:
             if self.channel.lost is None:
-                self.channel._dispatch([], SessionError("the session is closed", Reason.SESSION_CLOSED))
+                self.channel.dispatch([], SessionError("the session is closed", Reason.SESSION_CLOSED))
             self.channel.cv.notify_all()
 
     def __enter__(self):

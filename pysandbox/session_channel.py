@@ -87,7 +87,7 @@ class Channel:
                 finally:
                     self.cv.acquire()
                     self.reading = False
-                self._dispatch(events, lost)
+                self.dispatch(events, lost)
                 self.cv.notify_all()
             return True
 
@@ -104,7 +104,9 @@ class Channel:
         self.buf += data
         return W.parse_events(self.buf), None
 
-    def _dispatch(self, events, lost):
+    def dispatch(self, events, lost):
+        """Apply ``events`` (and a loss) read by :meth:`read_events`; the caller holds ``cv``
+        (the channel's own reader, or the asyncio session's loop: pysandbox/aio_session.py)."""
         for ev in events:
             if ev.kind == W.READY:
                 self.ready = True
