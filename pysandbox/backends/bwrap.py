@@ -322,10 +322,11 @@ class BwrapBackend:
             child.monitor = monitor.start(child.pidfd)
             try:
                 os.write(gate_w, b"\1")
-            except BrokenPipeError:   # the init is gone (bwrap could not exec it, or its setup failed)
-                raise init_unreachable(plan) or SetupError(
-                    "as_pid_1: the sandbox ended before its init's gate opened; the command did not run",
-                    Reason.SETUP_FAILED, stage="lifetime monitor") from None
+            except BrokenPipeError:
+                # The init is gone without the command: a setup step of its own failed
+                # first (its report waits in the status pipe), or bwrap could not exec it.
+                # _wait_for_init reads which, as it would had the gate opened in time.
+                pass
         except BaseException:
             os.close(gate_w)
             end_bwrap(proc)   # bwrap, our child: its death takes the sandbox with it

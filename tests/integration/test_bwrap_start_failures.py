@@ -51,3 +51,39 @@ def test_a_sandbox_dying_before_the_gate_fails_typed_and_leaves_nothing(tmp_path
     with pytest.raises(pysandbox.SandboxError):
         pysandbox.run(["true"], policy=_policy(tmp_path), backend="bwrap")
     assert _children() - before == set()
+
+
+def test_an_init_failing_before_its_gate_is_reported_as_its_own_failure(tmp_path, monkeypatch):
+    # Our init applies the kept capabilities before it waits at the gate. When its capset
+    # fails and it exits before the launcher writes to the gate (a slow monitor start: seen
+    # as an unprivileged user under load), the launch must still report the init's own
+    # failure (the capability step), not "ended before its init's gate opened".
+    from pysandbox import process
+    from pysandbox.backends import bwrap_init, native_translate
+    policy = pysandbox.Policy.default(workdir=str(tmp_path)).replace(as_pid_1=True, caps_keep=("chown",))
+    pysandbox.run(["true"], policy=policy, backend="bwrap")   # control: the policy itself runs
+    names = list(native_translate.CAPABILITIES) + [f"unknown{i}" for i in range(len(native_translate.CAPABILITIES), 63)]
+    at = names.index("chown")
+    names[at], names[62] = names[62], names[at]   # a kept set no kernel has: capset refuses it
+    monkeypatch.setattr(bwrap_init, "CAPABILITIES", tuple(names))
+    monkeypatch.setattr(process, "_plan_cache", {})
+    monkeypatch.setattr(process, "_plan_by_id", {})
+
+    def failures(delay):
+        real = monitor.start
+
+        def slow_start(pid1_fd):
+            got = real(pid1_fd)
+            time.sleep(delay)
+            return got
+        monkeypatch.setattr(monitor, "start", slow_start)
+        try:
+            pysandbox.run(["true"], policy=policy, backend="bwrap")
+        except pysandbox.SetupError as exc:
+            return exc
+        finally:
+            monkeypatch.setattr(monitor, "start", real)
+        raise AssertionError("the refused capability set ran")
+    prompt, late = failures(0), failures(1.0)
+    assert prompt.op is not None and late.op == prompt.op, (prompt, late)
+    assert (late.reason, late.stage, late.errno) == (prompt.reason, prompt.stage, prompt.errno), (prompt, late)
