@@ -29,6 +29,8 @@ def test_each_command_carries_its_own(backend, tmp_path):
         allowed = sb.run(["sh", "-c", "touch made-here && mkdir made-dir"], capture_output=True, timeout=60)
         escaped = sb.run(["sh", "-c", "setsid sh -c 'touch /etc/psb-own-session'; touch /etc/psb-s3"],
                          capture_output=True, timeout=60)
+        regrouped = sb.run(["sh", "-c", "\"$0\" -I -c \"import os; os.setpgid(0, 0); open('/etc/psb-own-group', 'w')\"; "
+                            "touch /etc/psb-s4", sys.executable], capture_output=True, timeout=60)
         session_rest = sb.denials
     assert first.returncode == 1
     assert {d.target for d in first.denials} == {"/etc/psb-s1", "/usr/psb-s1"}
@@ -37,7 +39,8 @@ def test_each_command_carries_its_own(backend, tmp_path):
     assert allowed.returncode == 0 and list(allowed.denials) == []
     assert (tmp_path / "made-here").exists() and (tmp_path / "made-dir").is_dir()
     assert [d.target for d in escaped.denials] == ["/etc/psb-s3"]
-    assert "/etc/psb-own-session" in {d.target for d in session_rest}
+    assert [d.target for d in regrouped.denials] == ["/etc/psb-s4"]
+    assert {"/etc/psb-own-session", "/etc/psb-own-group"} <= {d.target for d in session_rest}
     assert "/etc/psb-s1" not in {d.target for d in session_rest}   # taken by its command
 
 
