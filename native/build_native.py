@@ -5,6 +5,7 @@ rebuilds it in place for development.
 """
 
 import os
+import platform
 import sys
 
 from cffi import FFI
@@ -144,6 +145,15 @@ size_t psb_session_blob(const unsigned char **data)
 # The executor's C files (psb_internal.h declares what they share).
 SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_landlock", "psb_child", "psb_spawn", "psb_probe")
 
+# The wheel's glibc floor (manylinux_2_17): native/psb_glibc.h, forced into every C file,
+# binds the libc functions versioned after glibc 2.17 to their first version; on x86_64
+# glibc the module also names libpthread.so.0, where glibc before 2.34 keeps those first
+# versions (a stub from 2.34 on; --no-as-needed: some toolchains drop an unused library).
+GLIBC_FLOOR_CFLAGS = ["-include", os.path.join("native", "psb_glibc.h")]
+GLIBC_FLOOR_LDFLAGS = []
+if sys.platform == "linux" and os.uname().machine == "x86_64" and platform.libc_ver()[0] == "glibc":
+    GLIBC_FLOOR_LDFLAGS = ["-Wl,--push-state,--no-as-needed", "-l:libpthread.so.0", "-Wl,--pop-state"]
+
 ffibuilder = FFI()
 ffibuilder.cdef(CDEF)
 ffibuilder.set_source(
@@ -155,8 +165,9 @@ ffibuilder.set_source(
     depends=["native/psb.h", "native/psb_internal.h", "native/psb_init.c", "native/_psb_config.h", "native/_psb_init_blob.h",
              "native/psb_bwrap_init.c", "native/_psb_bwrap_init_blob.h", "native/psb_freestanding.h",
              "native/psb_pid1.h", "native/psb_monitor.h", "native/psb_session.c", "native/_psb_session_blob.h",
-             "native/psb_tail.h", "native/psb_sys.h", "native/psb_landlock.h", "native/psb_session_limits.h"],
-    extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
+             "native/psb_tail.h", "native/psb_sys.h", "native/psb_glibc.h", "native/psb_landlock.h", "native/psb_session_limits.h"],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11", *GLIBC_FLOOR_CFLAGS],
+    extra_link_args=GLIBC_FLOOR_LDFLAGS,
 )
 
 if __name__ == "__main__":

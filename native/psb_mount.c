@@ -6,6 +6,8 @@
  * All of it runs in the cloned child, with CAP_SYS_ADMIN in its user namespace
  * unless a comment says otherwise. */
 #include "psb_internal.h"
+#define PSB_LIBC
+#include "psb_sys.h"   /* psb_fstat, psb_stat */
 
 /* Runs anywhere. */
 int psb_sys_mount_setattr(int dfd, const char *path, unsigned int flags,
@@ -94,7 +96,7 @@ int psb_bind_fd(struct psb_child *c, int sfd, int dfd, const char *dst, int ro, 
             r = psb_restrict_fd(c, tree, ro, dev, recursive, subs);
         if (r == 0) {
             struct stat want, got;   /* the inode bound is the one resolved */
-            if (fstat(sfd, &want) != 0 || fstat(tree, &got) != 0)
+            if (psb_fstat(sfd, &want) != 0 || psb_fstat(tree, &got) != 0)
                 r = -1;
             else if (want.st_dev != got.st_dev || want.st_ino != got.st_ino) {
                 errno = EXDEV;
@@ -168,7 +170,7 @@ int psb_walk_nofollow(int dirfd, const char *rel)
         else
             next = openat(cur, part, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
-        if (next >= 0 && fstat(next, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (next >= 0 && psb_fstat(next, &st) == 0 && S_ISLNK(st.st_mode)) {
             close(next);
             next = -1;
             errno = ELOOP;
@@ -336,7 +338,7 @@ int psb_vanished(struct psb_child *c, const char *path)
         return 0;
     }
     struct stat st;
-    int gone = fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+    int gone = psb_fstatat(dir, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
     close(dir);
     errno = saved;
     return gone;
@@ -352,7 +354,7 @@ static int psb_mkdir_plain(struct psb_child *c, const char *path, mode_t mode)
     if (errno != EEXIST)
         return -1;
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (psb_stat(path, &st) != 0)
         return -1;
     if (!S_ISDIR(st.st_mode)) {
         errno = ENOTDIR;

@@ -296,7 +296,7 @@ int psb_op_bind(struct psb_child *c, const struct psb_op *op)
         return errno == ENOENT && optional ? 0 : -1;   /* bwrap --bind-try; proc entries a kernel lacks */
     if (op->m >= 0) {
         struct stat want, got;
-        if (fstat((int)op->m, &want) != 0 || fstat(sfd, &got) != 0) {
+        if (psb_fstat((int)op->m, &want) != 0 || psb_fstat(sfd, &got) != 0) {
             close(sfd);
             return -1;
         }

@@ -327,7 +327,7 @@ static int __attribute__((unused)) psb_tail_is_file(const char *path)
 {
 #ifdef PSB_LIBC
     struct stat st;
-    return stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
+    return psb_stat(path, &st) == 0 && !S_ISDIR(st.st_mode);
 #else
     unsigned int st[36];   /* x86_64 struct stat: 144 bytes, st_mode at byte 24 */
     return psb_sys(__NR_stat, (long)path, (long)st, 0, 0, 0) == 0 && (st[6] & 0170000) != 0040000;
