@@ -11,6 +11,7 @@ import sys
 from . import cli_limits
 from .relpath import from_caller
 
+PROG = "pysandbox"
 # The exit statuses of `pysandbox run` besides the command's own (README, "Exit status")
 EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 # Policy field (PolicyError.field) -> the option that sets it
