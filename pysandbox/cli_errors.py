@@ -19,7 +19,8 @@ OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--wo
              "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", "allow_syscalls": "--allow-syscall",
              "home": "--home", "home_files": "--home-file",
              **cli_limits.OPTION_OF}
-_STEP_DETAIL = re.compile(r" \(((plan step \d+|plan rlimits \S+), )?(native op \d+|tail step) \w+\)")
+# patterns are compiled by `re` on first use (its cache), not when a launch imports the module
+_STEP_DETAIL = r" \(((plan step \d+|plan rlimits \S+), )?(native op \d+|tail step) \w+\)"
 
 
 def write_line(text: str) -> None:
@@ -38,7 +39,7 @@ def write_line(text: str) -> None:
 def without_step(message: str) -> str:
     """A setup error's line without ``(plan step N, native op M KIND)`` or the setup
     tail's ``(plan step N, tail step KIND)`` (backends/tail.py)."""
-    return _STEP_DETAIL.sub("", message)
+    return re.sub(_STEP_DETAIL, "", message)
 
 
 def describe(exc, args, profile=None) -> str:
