@@ -40,7 +40,6 @@ semantics) hides nothing of this.
 
 from __future__ import annotations
 
-import glob
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -160,6 +159,7 @@ def _candidates(env: Mapping[str, str]):
             if value.startswith("/") and value.strip("/"):
                 yield (f"{value.rstrip('/')}/{name}" if name else value), kind, var
     if os.geteuid() == 0:
+        import glob   # here: only root's candidates have patterns (and an unprivileged start skips it)
         for kind, path in SYSTEM_STORES:
             for one in sorted(glob.glob(path)) if "*" in path else [path]:
                 yield one, kind, "root caller"
