@@ -106,5 +106,13 @@ def main(argv=None) -> int:
         return die(f"{exc.strerror or exc}")
 
 
+def console_main() -> int:
+    """The ``pybwrap`` console script and ``python -m bwrap_compat``: :func:`main`, then the
+    process ends without the interpreter's teardown when it has nothing to run
+    (pysandbox/quick_exit.py)."""
+    from pysandbox.quick_exit import end
+    return end(main())
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
