@@ -107,10 +107,10 @@ def main(argv=None) -> int:
 
 
 def console_main() -> int:
-    """The ``pybwrap`` console script and ``python -m bwrap_compat``: :func:`main`, then the
-    process ends without the interpreter's teardown when it has nothing to run
-    (pysandbox/quick_exit.py)."""
-    from pysandbox.quick_exit import end
+    """The ``pybwrap`` console script and ``python -m bwrap_compat``: :func:`main` between
+    pysandbox/console.py's start (before the heavy imports, which main makes) and end."""
+    from pysandbox.console import end, start
+    start()
     return end(main())
 
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import console_main
+from .console import main
 
-sys.exit(console_main())
+sys.exit(main())

@@ -65,13 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SETUP
 
 
-def console_main() -> int:
-    """The ``pysandbox`` console script and ``python -m pysandbox``: :func:`main`, then the
-    process ends without the interpreter's teardown when it has nothing to run (quick_exit.py)."""
-    from .quick_exit import end
-    return end(main())
-
-
 def _policy(args, profile=None):
     """The policy of ``pysandbox run``: the profile's keys (if any), then the command line's
     options over them (README "Profiles": scalars replace, lists extend, flags turn on)."""

@@ -1,4 +1,4 @@
-"""quick_exit.end (the console scripts' last step): the process ends with its status and
+"""console.end (the console scripts' last step): the process ends with its status and
 its stdio flushed, skipping the interpreter's teardown only when that has nothing to run;
 an atexit callback, a live thread, -X dev or a status that is not 0..255 keep the usual
 exit (each control shows what the usual exit still does). Each case is a fresh interpreter."""
@@ -14,7 +14,7 @@ import pytest
 SCRIPT = """
 import sys
 {setup}
-from pysandbox.quick_exit import end
+from pysandbox.console import end
 sys.stdout.write("out-unflushed")
 sys.stderr.write("err-unflushed")
 code = end({status})
@@ -69,7 +69,7 @@ def test_a_stdout_that_cannot_flush_keeps_the_usual_exit():
             "    def flush(self):\n"
             "        raise OSError('broken')\n"
             "sys.stdout = Broken()\n"
-            "from pysandbox.quick_exit import end\n"
+            "from pysandbox.console import end\n"
             "code = end(6)\n"
             "sys.__stderr__.write('returned')\n"
             "sys.exit(code)\n")
@@ -85,3 +85,30 @@ def test_python_m_exits_with_mains_status(module):
     bad = subprocess.run([sys.executable, "-m", module, "--no-such-option"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == (2 if module == "pysandbox" else 1), bad.stderr
+
+
+def test_start_raises_only_the_young_threshold_and_the_collector_still_collects():
+    """console.start: the young generation's threshold only, the collector on; a process
+    that goes on allocating cycles still collects them (the control: the default threshold
+    before start)."""
+    code = ("import gc, sys\n"
+            "before = gc.get_threshold()\n"
+            "from pysandbox.console import YOUNG_THRESHOLD, start\n"
+            "start()\n"
+            "after = gc.get_threshold()\n"
+            "assert before[0] < YOUNG_THRESHOLD and after == (YOUNG_THRESHOLD, *before[1:]), (before, after)\n"
+            "assert gc.isenabled()\n"
+            "runs = gc.get_stats()[0]['collections']\n"
+            "for _ in range(3 * YOUNG_THRESHOLD):\n"
+            "    a = []; a.append(a)\n"
+            "assert gc.get_stats()[0]['collections'] > runs, 'no young collection'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_console_scripts_entry_points_start_then_end():
+    """pyproject's console scripts name these entry points (start before main, end after)."""
+    import tomllib
+    from pathlib import Path
+    scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"pysandbox": "pysandbox.console:main", "pybwrap": "bwrap_compat.cli:console_main"}
