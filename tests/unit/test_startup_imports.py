@@ -91,7 +91,9 @@ def test_public_names_resolve_lazily_in_a_fresh_interpreter():
 HEAVY = ("dataclasses", "inspect", "socket", "ctypes", "asyncio", "ssl")
 PARSER = ("argparse", "gettext")
 RUN_CASES = [
-    pytest.param("pysandbox.cli", ["run", "--", "/bin/true"], HEAVY + PARSER, id="pysandbox run"),
+    # the probe package (bwrap's probes) only for a native launch's error message
+    pytest.param("pysandbox.cli", ["run", "--", "/bin/true"], HEAVY + PARSER + ("pysandbox.probe",),
+                 id="pysandbox run"),
     pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY + PARSER, id="pybwrap"),
     pytest.param("pysandbox.cli", ["run", "--backend", "bwrap", "--", "/bin/true"],
                  tuple(m for m in HEAVY if m != "ctypes"),
