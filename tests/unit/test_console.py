@@ -23,9 +23,12 @@ sys.exit(code)
 """
 
 
+def python_c(code: str, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True, timeout=60)
+
+
 def run(status="3", setup: str = "", *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *flags, "-c", SCRIPT.format(setup=setup, status=status)],
-                          capture_output=True, text=True, timeout=60)
+    return python_c(SCRIPT.format(setup=setup, status=status), *flags)
 
 
 def test_ends_at_once_with_the_status_and_flushed_stdio():
@@ -73,7 +76,7 @@ def test_a_stdout_that_cannot_flush_keeps_the_usual_exit():
             "code = end(6)\n"
             "sys.__stderr__.write('returned')\n"
             "sys.exit(code)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = python_c(code)
     assert done.stderr.startswith("returned") and done.returncode in (6, 120), done.stderr
 
 
@@ -102,7 +105,7 @@ def test_start_raises_only_the_young_threshold_and_the_collector_still_collects(
             "for _ in range(3 * YOUNG_THRESHOLD):\n"
             "    a = []; a.append(a)\n"
             "assert gc.get_stats()[0]['collections'] > runs, 'no young collection'\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    done = python_c(code)
     assert done.returncode == 0, done.stderr
 
 
