@@ -92,8 +92,9 @@ HEAVY = ("dataclasses", "inspect", "socket", "ctypes", "asyncio", "ssl")
 PARSER = ("argparse", "gettext")
 RUN_CASES = [
     # the probe package (bwrap's probes) only for a native launch's error message
-    pytest.param("pysandbox.cli", ["run", "--", "/bin/true"], HEAVY + PARSER + ("pysandbox.probe",),
-                 id="pysandbox run"),
+    # and the cgroup modules only with a limit
+    pytest.param("pysandbox.cli", ["run", "--", "/bin/true"],
+                 HEAVY + PARSER + ("pysandbox.probe", "pysandbox.cgroup", "pysandbox.nproc"), id="pysandbox run"),
     pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY + PARSER, id="pybwrap"),
     pytest.param("pysandbox.cli", ["run", "--backend", "bwrap", "--", "/bin/true"],
                  tuple(m for m in HEAVY if m != "ctypes"),
