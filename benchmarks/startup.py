@@ -14,6 +14,14 @@ without them compiles every module on each start.
 
 Targets (issue 15): ``import pysandbox`` <= 15 ms; ``pysandbox run -- true`` and
 ``pybwrap --ro-bind / / true`` <= 3x ``python -I -c pass``; no backend on the help paths.
+
+Which install is measured (issue 28): the console scripts and ``python`` next to
+``sys.executable``, i.e. the environment run.py runs in. The section names it (a wheel, or
+an editable install, whose ``__editable__`` finder slows every import and the bare
+interpreter too, so its ratios are not what a user installing the wheel gets); the
+figure to quote is a wheel's: ``pip wheel --no-deps -w DIST .``, ``pip install
+DIST/pysandbox-*.whl`` into a fresh venv, then ``VENV/bin/python benchmarks/run.py
+--sections startup`` (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -75,6 +83,23 @@ def commands(workdir: str) -> dict[str, list[str]]:
     }
 
 
+def install_kind() -> str:
+    """How pysandbox is installed in this interpreter's environment: ``wheel`` (a regular
+    install), ``editable`` (pip's ``direct_url.json`` says so, or an ``__editable__``
+    finder is on ``sys.meta_path``) or ``source tree`` (imported from a checkout)."""
+    import json
+    from importlib import metadata
+    try:
+        dist = metadata.distribution("pysandbox")
+    except metadata.PackageNotFoundError:
+        return "source tree (not installed)"
+    direct = dist.read_text("direct_url.json")
+    editable = bool(direct and json.loads(direct).get("dir_info", {}).get("editable"))
+    if editable or any("__editable__" in type(f).__module__ for f in sys.meta_path):
+        return "editable"
+    return "wheel"
+
+
 def importtime_us(python: str, module: str = "pysandbox", runs: int = 5) -> int | None:
     """The smallest cumulative ``import MODULE`` time (us) over ``runs`` runs."""
     best = None
@@ -118,6 +143,12 @@ def runnable(wanted: dict[str, list[str]], workdir: str, env: dict, pool: list) 
 def section_startup(report, cfg: dict, deadline: float) -> None:
     rounds = cfg["startup_rounds"]
     report.out(f"## Start-up: whole-process time ({rounds} rounds, alternated)")
+    report.out()
+    kind = install_kind()
+    report.out(f"- install measured: {kind}, console scripts of {os.path.dirname(sys.executable)}"
+               + ("" if kind == "wheel" else " (NOT a wheel: an editable install's finder slows every import; "
+                  "the ratios a user gets are a wheel's, benchmarks/README.md)"))
+    report.results["startup_install"] = kind
     report.out()
     env = _env()
     with tempfile.TemporaryDirectory(prefix="psb-bench-startup-", dir="/var/tmp") as workdir:
@@ -164,8 +195,8 @@ def section_startup(report, cfg: dict, deadline: float) -> None:
     report.target("import pysandbox (-X importtime, ms) <= 15", imp / 1000 if imp is not None else None, 15)
     for label in ("pysandbox run -- true", "pybwrap --ro-bind / / true"):
         s = stats.get(label)
-        report.target(f"{label}: wall / {BASE} <= 3", s.median / base.median if s and base else None, 3)
-        report.target(f"{label}: CPU / {BASE} <= 3",
+        report.target(f"{label} ({kind}): wall / {BASE} <= 3", s.median / base.median if s and base else None, 3)
+        report.target(f"{label} ({kind}): CPU / {BASE} <= 3",
                       cpu_mean[label] / base_cpu if label in cpu_mean and base_cpu else None, 3)
     report.target("backend or cffi modules imported by --help/--version of both command lines",
                   float(sum(len(v) for v in leaks.values())), 0)

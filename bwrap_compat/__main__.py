@@ -2,6 +2,6 @@
 
 import sys
 
-from bwrap_compat.cli import main
+from bwrap_compat.cli import console_main
 
-sys.exit(main())
+sys.exit(console_main())

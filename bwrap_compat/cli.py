@@ -106,5 +106,13 @@ def main(argv=None) -> int:
         return die(f"{exc.strerror or exc}")
 
 
+def console_main() -> int:
+    """The ``pybwrap`` console script and ``python -m bwrap_compat``: :func:`main` between
+    pysandbox/console.py's start (before the heavy imports, which main makes) and end."""
+    from pysandbox.console import end, start
+    start()
+    return end(main())
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

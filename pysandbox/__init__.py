@@ -65,15 +65,21 @@ del TYPE_CHECKING
 
 
 def __getattr__(name: str):
-    from importlib import import_module
     if name in _SUBMODULES:
-        return import_module(f"{__name__}.{name}")   # which sets it as an attribute here
+        return _submodule(name)   # which sets it as an attribute here
     home = _HOME.get(name)
-    if home is None:
+    if home is None:   # `from . import cli_fast` asks here first: no import for it
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{home}"), name)
+    value = getattr(_submodule(home), name)
     globals()[name] = value
     return value
+
+
+def _submodule(name: str) -> _ModuleType:
+    """``importlib.import_module("pysandbox." + name)`` without importing importlib (and
+    warnings) into every command line's start."""
+    __import__(f"{__name__}.{name}")
+    return _sys.modules[f"{__name__}.{name}"]
 
 
 def __dir__():

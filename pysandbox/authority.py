@@ -177,6 +177,8 @@ def present(environ: Mapping[str, str] | None = None, home: str | None = None) -
     out = []
     for sock in candidates(environ, home):
         try:
+            if not stat.S_ISSOCK(os.stat(sock.path).st_mode):   # most are missing: one system call
+                continue
             real = os.path.realpath(sock.path)
             if real in seen or not stat.S_ISSOCK(os.stat(real).st_mode):
                 continue

@@ -31,7 +31,8 @@ import re
 import stat
 
 PREFIX = "pysandbox-"
-_NAME = re.compile(r"pysandbox-([1-9][0-9]{0,9})-([0-9]{1,20})-([0-9a-f]{8})-[0-9]+-[0-9a-f]{8}", re.ASCII)
+# compiled by `re` on first use (its cache), not when a launch imports the module
+_NAME = r"(?a)pysandbox-([1-9][0-9]{0,9})-([0-9]{1,20})-([0-9a-f]{8})-[0-9]+-[0-9a-f]{8}"
 _UNKNOWN = "00000000"   # no /proc to read the identity from: such names are never judged
 _identity: tuple[int, tuple[int, str]] | None = None   # (pid it was read for, (start, ns))
 
@@ -86,7 +87,7 @@ def name(n: int) -> str:
 def launcher_dead(entry: str) -> bool:
     """Whether ``entry`` is a name of this scheme, made in this process's namespaces, by a
     launcher that is dead now (see the module docstring). False when in doubt."""
-    m = _NAME.fullmatch(entry)
+    m = re.fullmatch(_NAME, entry)
     own_ns = identity()[1]
     if m is None or m.group(3) != own_ns or own_ns == _UNKNOWN:
         return False

@@ -11,6 +11,7 @@ import sys
 from . import cli_limits
 from .relpath import from_caller
 
+PROG = "pysandbox"
 # The exit statuses of `pysandbox run` besides the command's own (README, "Exit status")
 EXIT_USAGE, EXIT_SETUP, EXIT_NOEXEC, EXIT_NOTFOUND = 2, 125, 126, 127
 # Policy field (PolicyError.field) -> the option that sets it
@@ -18,7 +19,8 @@ OPTION_OF = {"allow_hosts": "--allow-host", "chdir": "--chdir", "workdir": "--wo
              "hide": "--hide", "tmpfs": "--tmpfs", "profile": "--profile", "allow_syscalls": "--allow-syscall",
              "home": "--home", "home_files": "--home-file",
              **cli_limits.OPTION_OF}
-_STEP_DETAIL = re.compile(r" \(((plan step \d+|plan rlimits \S+), )?(native op \d+|tail step) \w+\)")
+# patterns are compiled by `re` on first use (its cache), not when a launch imports the module
+_STEP_DETAIL = r" \(((plan step \d+|plan rlimits \S+), )?(native op \d+|tail step) \w+\)"
 
 
 def write_line(text: str) -> None:
@@ -37,7 +39,7 @@ def write_line(text: str) -> None:
 def without_step(message: str) -> str:
     """A setup error's line without ``(plan step N, native op M KIND)`` or the setup
     tail's ``(plan step N, tail step KIND)`` (backends/tail.py)."""
-    return _STEP_DETAIL.sub("", message)
+    return re.sub(_STEP_DETAIL, "", message)
 
 
 def describe(exc, args, profile=None) -> str:

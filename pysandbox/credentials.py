@@ -40,7 +40,6 @@ semantics) hides nothing of this.
 
 from __future__ import annotations
 
-import glob
 import os
 import stat
 from collections.abc import Iterable, Mapping
@@ -51,7 +50,7 @@ from .pathtree import below as _under
 from .records import dataclass
 
 __all__ = ["ENV_STORES", "HOME_STORES", "SYSTEM_STORES", "CredentialStore", "candidates", "coverage",
-           "default_hides", "hides", "homes", "present"]
+           "default_hides", "hides", "homes", "matching", "present"]
 
 # Relative to each home directory: what each names (kind) and the store.
 HOME_STORES = (
@@ -161,8 +160,25 @@ def _candidates(env: Mapping[str, str]):
                 yield (f"{value.rstrip('/')}/{name}" if name else value), kind, var
     if os.geteuid() == 0:
         for kind, path in SYSTEM_STORES:
-            for one in sorted(glob.glob(path)) if "*" in path else [path]:
+            for one in matching(path) if "*" in path else [path]:
                 yield one, kind, "root caller"
+
+
+def matching(pattern: str) -> list[str]:
+    """``sorted(glob.glob(pattern))`` for the form :data:`SYSTEM_STORES` uses: one ``*`` in
+    the last component (``/etc/ssh/ssh_host_*_key``), without importing glob and fnmatch
+    into every root launch. As glob: a name starting with "." only when the pattern's does."""
+    folder, _, name = pattern.rpartition("/")
+    head, star, tail = name.partition("*")
+    if not star or "*" in tail or any(c in pattern for c in "?[") or "*" in folder:
+        raise ValueError(f"not a one-star pattern: {pattern!r}")
+    try:
+        entries = os.listdir(folder or "/")
+    except OSError:
+        return []
+    return sorted(f"{folder}/{e}" for e in entries
+                  if len(e) >= len(head) + len(tail) and e.startswith(head) and e.endswith(tail)
+                  and (head.startswith(".") or not e.startswith(".")))
 
 
 def present(environ: Mapping[str, str] | None = None) -> list[CredentialStore]:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import signal
 import threading
 
-from . import nproc
-from .cgroup import Cgroups
 from .errors import LimitUnavailable
 from .limits import Limits
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:   # at run time imported where a limit needs them: a launch without one imports neither
+    from .cgroup import Cgroups
 
 
 def prepare(limits: Limits | None) -> tuple[Cgroups | None, tuple]:
@@ -31,6 +33,8 @@ def prepare(limits: Limits | None) -> tuple[Cgroups | None, tuple]:
     """
     if limits is None or not limits.cgroup:
         return None, ()
+    from . import nproc
+    from .cgroup import Cgroups
     try:
         return Cgroups.create(limits.cgroup), ()
     except LimitUnavailable as exc:
@@ -79,6 +83,7 @@ def host_limits() -> dict:
         ok, reason, detail = host_support(kind)
         out[kind] = {"available": ok, "mechanism": detail if ok else "cgroup", "reason": reason,
                      "detail": "" if ok else detail}
+    from . import nproc
     if not out["pids"]["available"] and nproc.available()[0]:
         out["pids"] = {"available": True, "mechanism": nproc.MECHANISM, "reason": None,
                        "detail": f"no cgroup: {out['pids']['reason']}"}

@@ -10,7 +10,7 @@ from .checks import as_tuple, set_field, validated
 from .errors import PolicyError, Reason
 from .records import dataclass
 
-_ENV_NAME = re.compile(r"^[^=\x00]+$")
+_ENV_NAME = r"^[^=\x00]+$"   # compiled by `re` on first use (its cache)
 
 
 @validated
@@ -85,6 +85,6 @@ class Env:
 
 
 def _check_env_name(name):
-    if not isinstance(name, str) or not _ENV_NAME.match(name):
+    if not isinstance(name, str) or not re.match(_ENV_NAME, name):
         raise PolicyError(f"environment name must be non-empty, without '=' or NUL: {name!r}",
                           Reason.INVALID_VALUE, name)

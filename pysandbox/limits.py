@@ -30,7 +30,7 @@ KINDS = ("wall_time", "memory", "cpu_time", "file_size", "pids")
 CGROUP_KINDS = ("memory", "pids")
 RLIMIT_KINDS = ("cpu_time", "file_size", "open_files")
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE = r"(?i)^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$"   # compiled by `re` on first use (its cache)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 # The smallest memory limit: the sandbox's init and the command's exec need a few MiB.
 MIN_MEMORY = 4 << 20
@@ -45,7 +45,7 @@ def parse_size(text, what: str = "size") -> int:
     """
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
-    elif isinstance(text, str) and (m := _SIZE.match(text)):
+    elif isinstance(text, str) and (m := re.match(_SIZE, text)):
         value = int(m.group(1)) * _UNITS[m.group(2).lower()]
     else:
         raise PolicyError(f"{what} must be a size such as 512M (bytes, K, M, G, T): {text!r}",

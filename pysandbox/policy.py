@@ -38,7 +38,7 @@ IMPLEMENTED_NETWORK_MODES = ("deny", "allow", "proxy")
 PROXY_PORT = 3128
 PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy")
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$")
+_HOSTNAME = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$"   # compiled by `re` on first use (its cache)
 _PATH_FIELDS = frozenset({"fs", "chdir", "allow_broad_writable", "follow_writable_symlinks"})   # writable.py's
 _UNCHANGED_PATHS = threading.local()
 
@@ -179,7 +179,7 @@ class Policy:
         set_field(self, "uid", check_id(self.uid, "uid"))
         set_field(self, "gid", check_id(self.gid, "gid"))
         if self.hostname is not None:
-            if not isinstance(self.hostname, str) or not _HOSTNAME.match(self.hostname):
+            if not isinstance(self.hostname, str) or not re.match(_HOSTNAME, self.hostname):
                 raise PolicyError(f"hostname must be 1-63 letters, digits, '.' or '-': {self.hostname!r}",
                                   Reason.INVALID_VALUE, self.hostname)
             if "uts" not in ns:

@@ -34,8 +34,8 @@ if TYPE_CHECKING:   # imported where used: pybwrap's parser reads probe.host, an
 ENV_BWRAP = "PYSANDBOX_BWRAP"
 ENV_ALLOW_SETUID = "PYSANDBOX_ALLOW_SETUID_BWRAP"
 PROBE_TIMEOUT = 20.0
-_OPTION = re.compile(r"^\s+(--[A-Za-z0-9][A-Za-z0-9-]*)")
-_VERSION = re.compile(r"(\d+(?:\.\d+)+)")
+_OPTION = r"^\s+(--[A-Za-z0-9][A-Za-z0-9-]*)"   # compiled by `re` on first use (its cache)
+_VERSION = r"(\d+(?:\.\d+)+)"
 
 _lock = threading.Lock()
 _info_cache: dict = {}
@@ -286,11 +286,11 @@ def bwrap_info(path: str) -> BwrapInfo:
     except OSError as exc:
         raise BwrapProbeFailed(f"cannot run {real}: {exc}", Reason.BWRAP_PROBE_FAILED) from None
     options = frozenset(m.group(1) for line in (helped.stdout + helped.stderr).splitlines()
-                        if (m := _OPTION.match(line)))
+                        if (m := re.match(_OPTION, line)))
     if helped.returncode != 0 or "--unshare-user" not in options:
         raise BwrapProbeFailed(f"{real} --help did not list bwrap's options (exit {helped.returncode}: "
                                f"{helped.message})", Reason.BWRAP_PROBE_FAILED)
-    m = _VERSION.search(versioned.stdout) if versioned.returncode == 0 else None
+    m = re.search(_VERSION, versioned.stdout) if versioned.returncode == 0 else None
     info = BwrapInfo(real, m.group(1) if m else None, options,
                      bool(st.st_mode & (stat.S_ISUID | stat.S_ISGID)))
     with _lock:

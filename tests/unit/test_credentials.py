@@ -225,3 +225,30 @@ def test_a_store_the_caller_cannot_read_is_not_hidden(home, monkeypatch):
     got = [store.path for store in credentials.present()]
     assert netrc not in got
     assert str(home / ".ssh") in got and str(home / ".aws") in got
+
+
+@pytest.mark.parametrize("pattern", ["ssh_host_*_key", "*_key", "*", ".*", "a*", "*.pub", "ssh_host_*"])
+def test_matching_is_globs_for_a_one_star_name(tmp_path, pattern):
+    """credentials.matching (root's patterned stores without importing glob) lists what
+    glob.glob lists; the names include the edge cases (no middle, a dot file, a
+    directory, a dangling symlink)."""
+    import glob
+    from pysandbox.credentials import matching
+    for name in ("ssh_host_rsa_key", "ssh_host_rsa_key.pub", "ssh_host__key", "ssh_host_key", ".ssh_host_x_key",
+                 "other_key", "a", "ab"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "ssh_host_dir_key").mkdir()
+    (tmp_path / "ssh_host_gone_key").symlink_to(tmp_path / "missing")
+    want = sorted(glob.glob(f"{tmp_path}/{pattern}"))
+    assert want, "the control: glob finds something for every pattern here"
+    assert matching(f"{tmp_path}/{pattern}") == want
+
+
+def test_matching_of_a_missing_folder_is_empty_and_other_patterns_are_refused(tmp_path):
+    from pysandbox.credentials import SYSTEM_STORES, matching
+    assert matching(f"{tmp_path}/missing/ssh_host_*_key") == []
+    with pytest.raises(ValueError):
+        matching(f"{tmp_path}/*/x")
+    with pytest.raises(ValueError):
+        matching(f"{tmp_path}/a?b*")
+    assert all(matching(path) is not None for _, path in SYSTEM_STORES if "*" in path)   # every shipped one is the form

@@ -86,11 +86,18 @@ def test_public_names_resolve_lazily_in_a_fresh_interpreter():
 # imports it when a proxy is made) and, on the native path, ctypes (the native module
 # answers the Landlock probe; the bwrap backend's pre-exec hook still calls prctl
 # through ctypes).
-HEAVY = ("dataclasses", "inspect", "socket", "ctypes")
+# Nor asyncio and ssl (proxy mode only), and `pysandbox run -- CMD` (no option) nor
+# argparse and gettext (cli_fast.py reads it; issue 28).
+HEAVY = ("dataclasses", "inspect", "socket", "ctypes", "asyncio", "ssl")
+PARSER = ("argparse", "gettext")
 RUN_CASES = [
-    pytest.param("pysandbox.cli", ["run", "--", "/bin/true"], HEAVY, id="pysandbox run"),
-    pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY, id="pybwrap"),
-    pytest.param("pysandbox.cli", ["run", "--backend", "bwrap", "--", "/bin/true"], HEAVY[:3],
+    # the probe package (bwrap's probes) only for a native launch's error message
+    # and the cgroup modules only with a limit
+    pytest.param("pysandbox.cli", ["run", "--", "/bin/true"],
+                 HEAVY + PARSER + ("pysandbox.probe", "pysandbox.cgroup", "pysandbox.nproc"), id="pysandbox run"),
+    pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY + PARSER, id="pybwrap"),
+    pytest.param("pysandbox.cli", ["run", "--backend", "bwrap", "--", "/bin/true"],
+                 tuple(m for m in HEAVY if m != "ctypes"),
                  id="pysandbox run --backend bwrap", marks=pytest.mark.requires("bwrap")),
 ]
 
@@ -110,3 +117,11 @@ def test_control_a_proxy_launch_does_import_socket():
                  setup="from pysandbox.cli import main\n")
     assert got["code"] in (0, None), got["out"]
     assert "socket" in got["modules"]
+
+
+@pytest.mark.requires("native")
+def test_control_a_launch_with_an_option_does_import_argparse():
+    """The fast path's control: the same launch with an option goes through argparse."""
+    got = loaded("main(['run', '--network', 'deny', '--', '/bin/true'])", setup="from pysandbox.cli import main\n")
+    assert got["code"] in (0, None), got["out"]
+    assert "argparse" in got["modules"] and "gettext" in got["modules"]
