@@ -27,7 +27,7 @@ def run_args(argv: list[str]) -> SimpleNamespace | None:
         allow_io_uring=False, allow_syscall=[], report_denials=False, pass_fd=[], timeout=None,
         limit_memory=None, limit_pids=None, limit_cpu_time=None, limit_wall_time=None,
         limit_file_size=None, limit_open_files=None, workspace=False, commit=False, discard=False,
-        command=list(argv[1:]))
+        allow_git=False, command=list(argv[1:]))
 
 
 class Deferred:
