@@ -5,7 +5,7 @@
  * a sealed, execute-only memfd (exec of an unreadable file: undumpable from the first
  * instruction) and launches it through /proc/self/fd/N.
  *
- * argv: psb-session CHANNEL_FD SELF_FD [-L KIND]. CHANNEL_FD is the server's end of a unix stream
+ * argv: psb-session CHANNEL_FD SELF_FD [-L KIND] [-G] (-G: own_session below). CHANNEL_FD is the server's end of a unix stream
  * socketpair with the launcher, the only descriptor it keeps (close-on-exec; SELF_FD,
  * the memfd, is closed). The protocol (pysandbox/session_proto.py is the other side):
  *
@@ -151,9 +151,12 @@ static long landlock_kind;
  * (setpgid), enough to keep another command's kill(0) and group signals off it, and it
  * still has no terminal to inject into. A new session (setsid) per command would make a
  * new scheduler autogroup each time, which on a busy host costs a command a time slice
- * (issue 27: 1.7x a plain spawn's median with setsid, 1.0x with setpgid). 0: the
- * sandbox shares the caller's session (new_session=False), maybe with its terminal:
- * each command gets a new session, as a one-shot launch's command does. */
+ * (issue 27: 1.7x a plain spawn's median with setsid, 1.0x with setpgid). Only with -G
+ * (pysandbox/session.py: the policy's new_session, and no report_denials, whose records
+ * are keyed by a command's session: a process may join another group of the session,
+ * never another session). 0: the sandbox shares the caller's session (new_session=False),
+ * maybe with its terminal, or -G was not given: each command gets a new session, as a
+ * one-shot launch's command does. */
 static int own_session;
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
@@ -685,12 +688,19 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         quit(127);
     chan = parse(argv[1]);
     long self_fd = parse(argv[2]);
-    if (argc > 3) {
-        if (argc != 5 || argv[3][0] != '-' || argv[3][1] != 'L' || argv[3][2] != 0)
+    int group_only = 0;
+    for (long i = 3; i < argc; i++) {
+        if (argv[i][0] != '-' || argv[i][1] == 0 || argv[i][2] != 0)
             quit(127);
-        landlock_kind = parse(argv[4]);   /* a kind psb_landlock_self does not know: each command's EINVAL */
-        if (landlock_kind <= 0)
+        if (argv[i][1] == 'G' && !group_only) {
+            group_only = 1;
+        } else if (argv[i][1] == 'L' && !landlock_kind && i + 1 < argc) {
+            landlock_kind = parse(argv[++i]);   /* a kind psb_landlock_self does not know: each command's EINVAL */
+            if (landlock_kind <= 0)
+                quit(127);
+        } else {
             quit(127);
+        }
     }
     if (chan < 3)
         quit(127);
@@ -703,7 +713,8 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
     long probe[1];
     if (sys6(NR_GETPID, 0, 0, 0, 0, 0, 0) != 1)
         put_event(chan, E_ERROR, 0, 2, 0), quit(0);
-    own_session = sys6(NR_GETSID, 0, 0, 0, 0, 0, 0) == 1;   /* we, pid 1, lead our session */
+    /* -G asks for it; only where we, pid 1, lead our session (else: a session per command) */
+    own_session = group_only && sys6(NR_GETSID, 0, 0, 0, 0, 0, 0) == 1;
     if (sfd < 0 || read_pids("/proc/1/task/1/children", probe, 1) < 0)
         put_event(chan, E_ERROR, 0, 3, 0), quit(0);
     for (int k = 0; k < MAX_CMDS; k++)

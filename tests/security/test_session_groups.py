@@ -2,7 +2,8 @@
 own_session), where the sandbox made its own session: it still has no controlling
 terminal to inject into, and another command's group signal (kill(0), ``kill -TERM 0``)
 never reaches it. Where the sandbox shares the caller's session (new_session=False) each
-command still gets a new session of its own.
+command still gets a new session of its own, and so it does with report_denials (its
+records are keyed by the command's session).
 
 Live controls: unsandboxed, the same script injects into the terminal it was given
 (the host allows TIOCSTI); the command that signals its own group is itself ended by it.
@@ -80,8 +81,12 @@ def test_a_commands_group_signal_reaches_only_its_own_group(backend, tmp_path):
             other.wait()
 
 
-def test_a_shared_session_still_gives_each_command_its_own_session(backend, tmp_path):
-    policy = pysandbox.Policy.default(workdir=tmp_path, new_session=False)
+@pytest.mark.parametrize("option", [{"new_session": False}, {"report_denials": True}])
+def test_a_shared_session_or_denials_still_give_each_command_its_own_session(backend, tmp_path, option):
+    """new_session=False: the caller's terminal may be the session's; report_denials:
+    records are keyed by a command's session (pysandbox/denials.py), which no process of
+    another command can join (a process group it could)."""
+    policy = pysandbox.Policy.default(workdir=tmp_path, **option)
     with pysandbox.Sandbox(policy, backend=backend) as sb:
         ids = json.loads(sb.run([sys.executable, "-I", "-c", IDS], capture_output=True, check=True).stdout)
     assert ids[0] == ids[1] == ids[2], ids   # a session leader: the caller's terminal is not its
