@@ -144,19 +144,12 @@ static long chan = -1, sigfd = -1;
  * Without it, none (pysandbox/backends/landlock.py decides: a command that may mount,
  * on a kernel without Landlock's signal scope; or no Landlock at all). */
 static long landlock_kind;
-/* 1: the server leads a session of its own, made inside the sandbox (the policy's
- * new_session: its setup's setsid, then the exec of this server), which never gets a
- * controlling terminal (no process of it is a leader but the server, and the server
- * opens every file O_NOCTTY): a command then takes a process group of its own
- * (setpgid), enough to keep another command's kill(0) and group signals off it, and it
- * still has no terminal to inject into. A new session (setsid) per command would make a
- * new scheduler autogroup each time, which on a busy host costs a command a time slice
- * (issue 27: 1.7x a plain spawn's median with setsid, 1.0x with setpgid). Only with -G
- * (pysandbox/session.py: the policy's new_session, and no report_denials, whose records
- * are keyed by a command's session: a process may join another group of the session,
- * never another session). 0: the sandbox shares the caller's session (new_session=False),
- * maybe with its terminal, or -G was not given: each command gets a new session, as a
- * one-shot launch's command does. */
+/* 1 (-G, and we lead our session: the policy's new_session): a command takes a process
+ * group (setpgid), not a session: the session, led by the server, which opens every file
+ * O_NOCTTY, never has a terminal; another command's kill(0) stays off it. A setsid per
+ * command made a scheduler autogroup each time: a time slice on a busy host (issue 27).
+ * 0: a session per command: the sandbox shares the caller's session (maybe its terminal),
+ * or report_denials keys records by a command's session (a group could be joined). */
 static int own_session;
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
