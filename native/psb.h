@@ -36,7 +36,7 @@ enum psb_op_kind {
     PSB_OP_SYMLINK,           /* a=target b=link path */
     PSB_OP_WRITE,             /* b=dst a=data n=len m=fd(-1) d=tmp file (BIND) mode flags */
     PSB_OP_CHMOD,             /* b=path mode */
-    PSB_OP_PIVOT,             /* detach oldroot, second pivot into newroot */
+    PSB_OP_PIVOT,             /* second pivot into newroot, then one detach of the setup tree */
     PSB_OP_LOOPBACK,          /* "lo" up */
     PSB_OP_HOSTNAME,          /* a=name */
     PSB_OP_DISABLE_USERNS,    /* a=uid_map text b=gid_map text (nested user namespace);
