@@ -14,42 +14,26 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 import sys
-import termios
 
 import pytest
 
 import pysandbox
-from tests.security.test_tiocsti import STI_SCRIPT
+from tests.security.test_tiocsti import STI_SCRIPT, raw_pty, unsandboxed_injection
 
 pytestmark = pytest.mark.requires("userns")
 
 IDS = "import os, json; print(json.dumps([os.getpid(), os.getpgrp(), os.getsid(0)]))"
 
 
-def _raw_pty():
-    master, slave = os.openpty()
-    attrs = termios.tcgetattr(slave)
-    attrs[3] &= ~(termios.ICANON | termios.ECHO)
-    termios.tcsetattr(slave, termios.TCSANOW, attrs)
-    return master, slave
-
-
 def test_a_session_command_has_no_terminal_to_inject_into(backend, tmp_path):
-    master, slave = _raw_pty()
+    master, slave = raw_pty()
     try:
-        control = subprocess.run([sys.executable, "-I", "-c", STI_SCRIPT, "take"], stdin=slave,
-                                 capture_output=True, start_new_session=True, timeout=30)
-        got = json.loads(control.stdout)
-        if got["sti"][0] != 0:
-            from tests.support import need
-            need("tiocsti", f"TIOCSTI refused outside any sandbox (errno {got['sti'][0]})")
-        assert got["ctty_is_stdin"] == [0, True] and got["read"] == [0, "X"], got
+        unsandboxed_injection(slave)
     finally:
         os.close(master)
         os.close(slave)
-    master, slave = _raw_pty()
+    master, slave = raw_pty()
     try:
         with pysandbox.Sandbox(pysandbox.Policy.default(workdir=tmp_path), backend=backend) as sb:
             ids = json.loads(sb.run([sys.executable, "-I", "-c", IDS], capture_output=True, check=True).stdout)
@@ -59,8 +43,8 @@ def test_a_session_command_has_no_terminal_to_inject_into(backend, tmp_path):
             assert res["ctty_is_stdin"][0] == errno.ENOTTY, res   # no controlling terminal at all
             assert res["sti"] == [errno.EPERM, None], res
             assert res["read"][1] in (None, ""), res
-        os.set_blocking(master, False)
-        with pytest.raises(BlockingIOError):
+        os.set_blocking(slave, False)
+        with pytest.raises(BlockingIOError):   # nothing was injected
             os.read(slave, 16)
     finally:
         os.close(master)
