@@ -2,13 +2,16 @@
 """Where a pysandbox launch spends its time.
 
     python benchmarks/profile_launch.py [--backend native] [--network deny] [--binds N]
-                                        [-n LAUNCHES] [--perf]
+                                        [-n LAUNCHES] [--perf] [--steps]
 
 Prints (1) a phase breakdown of ``pysandbox.run([/bin/true])`` measured without a
 profiler: Python work before the backend's spawn, the spawn itself (clone, setup,
 until exec), and the wait (the command, the sandbox's exit, the reap); (2) the top
 of a cProfile of the same launches; (3) with ``--perf``, the top kernel and user
-symbols of ``perf record`` on this process and its children (needs perf).
+symbols of ``perf record`` on this process and its children (needs perf); with
+``--steps`` (native only), instead of (2): the per-step timings inside the C child
+(pysandbox/backends/native_stamps.py), medians over the launches, each step against
+the stamp before it, and the procfs covers, /dev and the pivot summed up.
 """
 
 from __future__ import annotations
@@ -87,6 +90,36 @@ def profile(contender, count: int, top: int) -> None:
         print()
 
 
+def step_table(contender, count: int) -> None:
+    from pysandbox.backends import native_stamps
+    runs: list = []
+    native_stamps.listeners.append(runs.append)
+    try:
+        for _ in range(count):
+            contender.launch()
+    finally:
+        native_stamps.listeners.remove(runs.append)
+    by_label: dict = {}
+    for got in runs:
+        for label, dt in got:
+            by_label.setdefault(label, []).append(dt)
+    med = statistics.median
+    print(f"steps inside the native launch, {len(runs)} launches (medians, ms since the previous stamp):")
+    groups: dict = {}
+    for label, dts in by_label.items():
+        print(f"  {med(dts):7.3f}  {label}")
+        dest = label.split(" ")[-1]
+        group = ("procfs covers" if " BIND /newroot/proc/" in label else
+                 "/dev" if dest.startswith("/newroot/dev") else None)
+        if group:
+            groups[group] = groups.get(group, 0.0) + med(dts)
+    whole = [sum(dt for _, dt in got[1:]) for got in runs]
+    for name, total in groups.items():
+        print(f"  sum of medians, {name}: {total:.3f}")
+    print(f"  whole (launcher's clone to its EOF): {med(whole):.3f}")
+    print()
+
+
 def perf(contender, count: int, top: int) -> None:
     exe = shutil.which("perf")
     if exe is None:
@@ -126,6 +159,7 @@ def main(argv=None) -> int:
     ap.add_argument("-n", "--launches", type=int, default=300)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--perf", action="store_true")
+    ap.add_argument("--steps", action="store_true", help="per-step timings inside the C child (native)")
     args = ap.parse_args(argv)
     import pysandbox
     with C.BindDirs(args.binds) as dirs:
@@ -135,7 +169,10 @@ def main(argv=None) -> int:
         for _ in range(10):
             contender.launch()
         phases(args.backend, policy, args.launches)
-        profile(contender, args.launches, args.top)
+        if args.steps:
+            step_table(contender, args.launches)
+        else:
+            profile(contender, args.launches, args.top)
         if args.perf:
             perf(contender, args.launches, args.top * 2)
     return 0

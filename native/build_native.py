@@ -32,7 +32,7 @@ struct psb_launch {
     const int *pass_fds; int npass; int want_status; int started_fd;
     const int *close_first; int nclose; int release_fd;
     int pty_fd; int pty_stdio; unsigned long pty_winsize; int proxy_fd; int notify_fd;
-    int monitor; int monitor_exe;
+    int monitor; int monitor_exe; long long *stamps;
 };
 struct psb_result { int pid; int status_fd; int monitor_pid; int monitor_fd; int stage; int op; int err; };
 
@@ -49,7 +49,7 @@ size_t psb_session_blob(const unsigned char **data);
 
 
 def header_constants(header: str, enums=("psb_op_kind", "psb_stage")) -> str:
-    """The cdef lines of psb.h's enums and PSB_F_/PSB_PROBE_ flags, read from the header
+    """The cdef lines of psb.h's enums and PSB_F_/PSB_PROBE_/PSB_STAMP_ constants, read from the header
     itself so the op enum and the flags exist in one copy (values via "= ...")."""
     import re
     with open(header) as f:
@@ -59,7 +59,7 @@ def header_constants(header: str, enums=("psb_op_kind", "psb_stage")) -> str:
         body = re.search(r"enum %s \{(.*?)\};" % enum, text, re.S).group(1)
         names = re.findall(r"\b(PSB_[A-Z0-9_]+)", body)
         out.append("enum %s { %s };" % (enum, ", ".join(f"{n} = ..." for n in names)))
-    out += [f"#define {n} ..." for n in re.findall(r"^#define (PSB_(?:F|PROBE)_[A-Z0-9_]+)\s", text, re.M)]
+    out += [f"#define {n} ..." for n in re.findall(r"^#define (PSB_(?:F|PROBE|STAMP)_[A-Z0-9_]+)\s", text, re.M)]
     return "\n".join(out)
 
 

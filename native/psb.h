@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 7
+#define PSB_ABI_VERSION 8
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -36,7 +36,7 @@ enum psb_op_kind {
     PSB_OP_SYMLINK,           /* a=target b=link path */
     PSB_OP_WRITE,             /* b=dst a=data n=len m=fd(-1) d=tmp file (BIND) mode flags */
     PSB_OP_CHMOD,             /* b=path mode */
-    PSB_OP_PIVOT,             /* detach oldroot, second pivot into newroot */
+    PSB_OP_PIVOT,             /* second pivot into newroot, then one detach of the setup tree */
     PSB_OP_LOOPBACK,          /* "lo" up */
     PSB_OP_HOSTNAME,          /* a=name */
     PSB_OP_DISABLE_USERNS,    /* a=uid_map text b=gid_map text (nested user namespace);
@@ -172,7 +172,22 @@ struct psb_launch {
                                  command never runs without it */
     int monitor_exe;          /* the init's sealed memfd, exec'd in monitor mode, or -1: the
                                  monitor stays a fork of the caller */
+    long long *stamps;        /* NULL (no cost), or a shared page (MAP_SHARED: a fork-mode
+                                 child writes it too) of PSB_STAMP_MAX (tag, CLOCK_MONOTONIC ns)
+                                 pairs after a count: per-step timings (--verbose,
+                                 benchmarks/profile_launch.py); tags: an op's index once it
+                                 is done, or a PSB_STAMP_* point */
 };
+
+/* Timing points of psb_launch stamps besides "op N done" (pysandbox/backends/native_stamps.py). */
+#define PSB_STAMP_MAX        240
+#define PSB_STAMP_CLONE      (-1)   /* launcher: right before the clone */
+#define PSB_STAMP_CLONED     (-2)   /* launcher: the clone returned */
+#define PSB_STAMP_ENTRY      (-3)   /* setup process: first instruction of its own */
+#define PSB_STAMP_CMD        (-4)   /* command's process: started (after the go pipe) */
+#define PSB_STAMP_EXEC       (-5)   /* command's process: right before execve */
+#define PSB_STAMP_INIT_EXEC  (-6)   /* setup process: right before exec'ing the init */
+#define PSB_STAMP_EOF        (-7)   /* launcher: the error pipe's EOF (the exec happened) */
 
 struct psb_result {
     int pid;

@@ -99,6 +99,7 @@ static void psb_exec(struct psb_child *c)
             psb_fail(c, PSB_STAGE_OP, c->rlimit_op[k], (int)-r);
     }
     /* The candidates Python computed (pysandbox/execpath.py), tried in order. */
+    psb_stamp(l, PSB_STAMP_EXEC);
     psb_fail(c, PSB_STAGE_EXEC, -1, (int)-psb_tail_exec(l->cand, l->ncand, l->searched, c->argv, c->envp));
 }
 
@@ -166,6 +167,7 @@ static void psb_exec_init(struct psb_child *c, int i)
             m /= 10;
         } while (m);
         argv[3] = p;
+        psb_stamp(c->launch, PSB_STAMP_INIT_EXEC);
         syscall(SYS_execveat, c->plan->init_fd, "", argv, envp, AT_EMPTY_PATH);
     }
     /* Kill the command's process before our exit closes the go pipe, so it can
@@ -378,6 +380,7 @@ static void psb_child_main(struct psb_child *c, int start)
         }
         if (r != 0)
             psb_fail(c, PSB_STAGE_OP, i, errno);
+        psb_stamp(c->launch, i);
     }
     if (c->proc_self_fd >= 0)
         close(c->proc_self_fd);
@@ -406,6 +409,7 @@ int psb_command_entry(void *arg)
             psb_fail(c, PSB_STAGE_OP, c->start - 1, r < 0 ? errno : EPROTO);
         close(c->go_fd);
     }
+    psb_stamp(c->launch, PSB_STAMP_CMD);
     psb_child_main(c, c->start);
     return 127;
 }
@@ -415,6 +419,7 @@ int psb_command_entry(void *arg)
 int psb_setup_entry(void *arg)
 {
     struct psb_child *c = arg;
+    psb_stamp(c->launch, PSB_STAMP_ENTRY);
     close(c->parent_fds[0]);
     close(c->parent_fds[1]);
     for (int k = 2; k < 4; k++) {

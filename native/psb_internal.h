@@ -40,6 +40,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -133,6 +134,21 @@ struct psb_child {
     int nrlimits;         /* RLIMIT ops recorded, set by psb_exec right before the exec */
     int rlimit_op[PSB_MAX_RLIMITS];
 };
+
+/* Per-step timings (psb_launch stamps): nothing at all unless the caller asked. */
+static inline void psb_stamp(const struct psb_launch *l, int tag)
+{
+    long long *s = l->stamps;
+    if (s == NULL)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long n = __atomic_fetch_add(&s[0], 1, __ATOMIC_RELAXED);
+    if (n < PSB_STAMP_MAX) {
+        s[1 + 2 * n] = tag;
+        s[2 + 2 * n] = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+}
 
 #define S(c, off) ((off) < 0 ? NULL : (c)->plan->strtab + (off))  /* optional string */
 #define P(c, off) ((c)->plan->strtab + (off))                     /* required string */

@@ -141,8 +141,9 @@ int psb_op_pivot(struct psb_child *c)
      * usable, whatever the bind's flags). Private: nothing propagates in or out. */
     if (mount(NULL, "/newroot", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return -1;
-    if (umount2("oldroot", MNT_DETACH) != 0)
-        return -1;
+    /* oldroot is not detached on its own: the one detach below takes the base tmpfs and
+     * everything still mounted in it, oldroot's whole tree included (one umount, one RCU
+     * grace period: issue 27's per-step timings). */
     int oldrootfd = open("/", O_DIRECTORY | O_RDONLY | O_CLOEXEC);
     if (oldrootfd < 0)
         return -1;

@@ -349,6 +349,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
      * handler of ours runs while a child shares our memory (and our errno). */
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t pid;
+    psb_stamp(launch, PSB_STAMP_CLONE);
     if (stacks != NULL) {
         pid = clone(psb_setup_entry, stacks + stack_size, (int)(plan->clone_flags | CLONE_VM | SIGCHLD), &c);
     } else {
@@ -357,6 +358,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
             psb_setup_entry(&c);
     }
     int clone_errno = errno;
+    psb_stamp(launch, PSB_STAMP_CLONED);
     if (pid > 0 && launch->started_fd >= 0 && !hops) {
         /* Before setup: a WAIT_FD op may wait for someone who needs our child's pid
          * (bwrap's info-fd comes before its --userns-block-fd). Best effort: the
@@ -429,6 +431,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         close(gate[1]);
         gate[1] = -1;
     }
+    psb_stamp(launch, PSB_STAMP_EOF);
     if (got == 0 && hopping)
         got = 1;   /* EOF between the announcement and the new process's report: a failure */
     pthread_sigmask(SIG_SETMASK, &old, NULL);

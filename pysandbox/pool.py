@@ -142,7 +142,10 @@ class Pool:
                 return
         sb.close()   # the pool closed while this command ran
 
-    def _take(self, timeout: float = TAKE_TIMEOUT) -> Sandbox:
+    def _take(self, timeout: float = TAKE_TIMEOUT, run: bool = False) -> Sandbox:
+        """A ready sandbox. ``run``: counted as a run in progress in the same critical section
+        that takes it, so the staging thread this take wakes already sees it (else it could
+        start a whole staging alongside the command: issue 27's pool at 2x a plain spawn)."""
         deadline = time.monotonic() + timeout
         with self._cv:
             while True:
@@ -151,9 +154,11 @@ class Pool:
                 if self._ready:
                     sb = self._ready.popleft()
                     self._taken += 1
-                    self._cv.notify_all()
                     if not sb.closed and sb.channel.lost is None:
+                        self._active += run
+                        self._cv.notify_all()
                         return sb
+                    self._cv.notify_all()
                     self._used.append(sb)
                     continue
                 if self._error is not None:
@@ -182,9 +187,7 @@ class Pool:
         """Run ``args`` in a fresh staged sandbox and discard it, as
         :meth:`pysandbox.session.Sandbox.run`. While it runs the pool's threads stage
         only if nothing is ready (see the module)."""
-        sb = self._take()
-        with self._cv:
-            self._active += 1
+        sb = self._take(run=True)
         try:
             return sb.run(args, timeout=timeout, kill_grace=kill_grace, **kwargs)
         finally:

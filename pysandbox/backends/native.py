@@ -29,7 +29,7 @@ from .. import plan as P
 from ..execpath import exec_candidates
 from .base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.
-from . import landlock, monitor
+from . import landlock, monitor, native_stamps
 from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, load_module,  # noqa: F401
                           has_mount_setattr, init_fd)
 from .native_errors import namespace_error, setup_error
@@ -293,6 +293,9 @@ class NativeBackend:
         # as_pid_1: the launcher's lifetime monitor (fails closed without pidfds)
         L.monitor = int(monitor.wanted(plan))
         L.monitor_exe = init_fd() if L.monitor else -1
+        timed = native_stamps.page(ffi, lib) if log is not None or native_stamps.listeners else None
+        if timed is not None:
+            L.stamps = timed[1]
         res = ffi.new("struct psb_result *")
         on_start = _placing(launch.cgroup_procs, launch.on_start)
         if on_start is None:
@@ -303,6 +306,8 @@ class NativeBackend:
             log.debug("native: %d ops (translated in %.1f ms); clone, setup and exec in %.1f ms%s",
                       len(ready.compiled.ops), (prepared - started) * 1e3, ms(prepared),
                       "" if rc == 0 else f": failed at native op {res.op}")
+        if timed is not None:
+            native_stamps.report(timed[0], ready.compiled.ops, log)
         if rc != 0:
             err = setup_error(ready.compiled, res.stage, res.op, res.err, exe, plan.namespaces)
             raise err from OSError(res.err, os.strerror(res.err) if res.err else "")

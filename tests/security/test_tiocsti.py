@@ -44,7 +44,8 @@ print(json.dumps(res))
 '''
 
 
-def _pty():
+def raw_pty():
+    """A pty pair, its slave raw (no line editing, no echo)."""
     master, slave = os.openpty()
     attrs = termios.tcgetattr(slave)
     attrs[3] &= ~(termios.ICANON | termios.ECHO)
@@ -60,18 +61,23 @@ def _drain(fd):
         return b""
 
 
+def unsandboxed_injection(slave) -> None:
+    """The control: unsandboxed, the script makes the pty ``slave`` its terminal and
+    injects (skipped where the host refuses TIOCSTI to everyone)."""
+    control = subprocess.run([sys.executable, "-I", "-c", STI_SCRIPT, "take"], stdin=slave,
+                             capture_output=True, start_new_session=True, timeout=30)
+    got = json.loads(control.stdout)
+    if got["sti"][0] != 0:
+        from tests.support import need
+        need("tiocsti", f"TIOCSTI refused outside any sandbox (errno {got['sti'][0]})")
+    assert got["sctty"][0] == 0 and got["ctty_is_stdin"] == [0, True] and got["read"] == [0, "X"], got
+
+
 def test_tiocsti_refused_in_new_session(backend, tmp_path):
-    master, slave = _pty()
+    master, slave = raw_pty()
     try:
-        # control: unsandboxed, the script makes the pty its terminal and injects
-        control = subprocess.run([sys.executable, "-I", "-c", STI_SCRIPT, "take"], stdin=slave,
-                                 capture_output=True, start_new_session=True, timeout=30)
-        got = json.loads(control.stdout)
-        if got["sti"][0] != 0:
-            from tests.support import need
-            need("tiocsti", f"TIOCSTI refused outside any sandbox (errno {got['sti'][0]})")
-        assert got["sctty"][0] == 0 and got["ctty_is_stdin"] == [0, True] and got["read"] == [0, "X"], got
-        master2, slave2 = _pty()
+        unsandboxed_injection(slave)
+        master2, slave2 = raw_pty()
         try:
             policy = pysandbox.Policy.default(workdir=tmp_path)
             done = pysandbox.run([sys.executable, "-I", "-c", STI_SCRIPT, "take"], policy=policy, backend=backend,
@@ -113,7 +119,7 @@ print(json.dumps(out))
 
 
 def test_tiocsti_refused_with_shared_session(backend, tmp_path):
-    master, slave = _pty()
+    master, slave = raw_pty()
     try:
         helper = subprocess.run([sys.executable, "-c", SHARED_HELPER, str(slave), backend, str(tmp_path), STI_SCRIPT],
                                 pass_fds=(slave,), capture_output=True, timeout=90)
