@@ -149,7 +149,7 @@ def test_round_trip_through_bwrap_argv(world):
     plan (Hide already expanded, environment applied by the process layer), so the
     parsed policy is the plan's policy, not a field-by-field copy of the original."""
     to_policy = _bwrap_compat()
-    from pysandbox.backends import bwrap_render as renderer
+    from pysandbox.backends.bwrap import bwrap_render as renderer
     seen = []
 
     @settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))

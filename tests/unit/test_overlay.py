@@ -16,7 +16,7 @@ from bwrap_compat.mapping import to_policy
 from bwrap_compat.messages import OVERLAP
 from pysandbox import plan as P
 from pysandbox import probe
-from pysandbox.backends import bwrap_render as B
+from pysandbox.backends.bwrap import bwrap_render as B
 from pysandbox.backends.bwrap import BwrapBackend
 from pysandbox.backends import native as N
 from pysandbox.errors import BackendUnavailable, BwrapOptionUnsupported, PolicyError, Reason, SetupError

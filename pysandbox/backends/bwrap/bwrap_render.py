@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 
-from .. import plan as P
-from ..errors import BwrapOptionUnsupported, PolicyError, Reason
+from ... import plan as P
+from ...errors import BwrapOptionUnsupported, PolicyError, Reason
 
 _NAMESPACE_OPTIONS = (("user", "--unshare-user"), ("pid", "--unshare-pid"), ("ipc", "--unshare-ipc"),
                       ("uts", "--unshare-uts"), ("cgroup", "--unshare-cgroup"), ("net", "--unshare-net"))
@@ -136,7 +136,7 @@ def _repeated_symlink(op, done) -> bool:
     made or mounted there since (the native executor and bwrap >= 0.9 accept it again)."""
     if not isinstance(op, P.MakeSymlink):
         return False
-    from .. import view
+    from ... import view
     for prev in reversed(done):
         if getattr(prev, "dest", None) == op.dest:
             return isinstance(prev, P.MakeSymlink) and prev.target == op.target

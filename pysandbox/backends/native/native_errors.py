@@ -10,13 +10,13 @@ from __future__ import annotations
 import errno as E
 import os
 
-from ..errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
+from ...errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
                       UserNamespaceUnavailable, error_for)
-from ..probe.host import nested_hint
-from . import tail
-from ._native_lib import load_module
-from .monitor import start_error as monitor_error
-from .native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
+from ...probe.host import nested_hint
+from .. import tail
+from .._native_lib import load_module
+from ..monitor import start_error as monitor_error
+from ..native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
                          STAGE_MONITOR, STAGE_PARENT_DIED, STAGE_PTY, Compiled)
 
 

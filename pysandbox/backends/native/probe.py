@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..backends.base import BackendStatus, CapabilityStatus
-from ..backends._native_lib import load_module, has_mount_setattr, init_fd
-from ..backends.monitor import lifetime, unavailable
-from ..backends.native_ops import CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC
-from ..errors import NativeModuleMissing, Reason
+from ..base import BackendStatus, CapabilityStatus
+from .._native_lib import load_module, has_mount_setattr, init_fd
+from ..monitor import lifetime, unavailable
+from ..native_ops import CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC
+from ...errors import NativeModuleMissing, Reason
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class Needs:
     @classmethod
     def of(cls, subject=None) -> "Needs":
         """From a Plan, or a Policy (default ``Policy.default()``) as it would compile."""
-        from .. import plan as P
-        from ..policy import Policy, Proc
+        from ... import plan as P
+        from ...policy import Policy, Proc
         if isinstance(subject, P.Plan):
             return cls(pid="pid" in subject.namespaces, proc=subject.first(P.MountProc) is not None,
                        net="net" in subject.namespaces, as_pid_1=subject.as_pid_1)
