@@ -74,10 +74,10 @@ from ... import plan as P
 from ... import view
 from ...trace import clock, debug_logger, ms
 from ...errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Reason, SandboxError, SetupError
-from ...probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
+from ...probe import BwrapInfo, bwrap_info, check_setuid, find_bwrap, setuid_allowed
 from .probe import capabilities, probe_plan
 from .. import monitor
-from ..base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
+from ..base import BackendStatus, CapabilityStatus, Launch, backend_down, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
                          init_unreachable, read_words)
 from .bwrap_launch import (INFO_TIMEOUT, BwrapChild, end_bwrap, pdeathsig_preexec, pid1_fd, read_info, spawner,
