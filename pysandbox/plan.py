@@ -3,7 +3,7 @@
 ``compile(policy)`` is pure apart from stat() on the host (bind sources, the type
 of a hidden path, whether a mount point exists). It is done once per policy and
 reused for every launch. Ops are named for the kernel action; bwrap spellings
-live in ``backends/bwrap_render.py`` and ``bwrap_compat`` only.
+live in ``backends/bwrap/bwrap_render.py`` and ``bwrap_compat`` only.
 
 Order, as in bubblewrap: namespaces and id maps; the filesystem operations in
 policy order (on a fresh tmpfs root, before pivot_root); pivot_root; loopback up;
@@ -24,6 +24,7 @@ from .records import dataclass
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
 from . import view as _view
+from .fs_ops import plan_kind, planned as to_plan_op
 from .trace import clock, debug_logger, describe_op, ms
 from .view import host_path
 
@@ -225,53 +226,43 @@ def writable_host_paths(policy: P.Policy) -> tuple:
     return policy.writable_host_paths
 
 
+# Whether a plan operation's destination must be a directory (True), not one (False),
+# or either (None) where it is inside a host bind (a bind: its source's type); the
+# remount and chmod make no mount point.
+_WANT_DIR = {MountTmpfs: True, MountProc: True, MinimalDev: True, MountMqueue: True, MakeDir: True,
+             MountOverlay: True, MakeSymlink: None, WriteFile: False}
+
+
 def _compile_fs(op, done, allow_host_mountpoints):
+    """The plan operation(s) of one Policy record: 1:1 through ``fs_ops.PLAN_OP`` (the
+    one table), with the checks a record's kind needs; ``Hide`` by the hidden path."""
     if isinstance(op, P.Hide):
         yield from _compile_hide(op, done)
         return
+    if plan_kind(op) is None:  # pragma: no cover - Policy validates op types
+        raise PolicyError(f"unknown filesystem operation {op!r}", Reason.INVALID_VALUE, op)
     if isinstance(op, P.Bind):
         P.check_bind_source(op)
         if op.src is not None and op.optional and not os.path.lexists(op.src):
             return  # bwrap --bind-try: a missing source is skipped
-        planned = BindMount(op.src, op.dest, op.readonly, op.dev, op.optional, op.src_fd)
-        is_dir = op.src_fd is not None or os.path.isdir(op.src)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=is_dir)
-    elif isinstance(op, P.Tmpfs):
-        planned = MountTmpfs(op.dest, op.size, op.mode)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Proc):
-        planned = MountProc(op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Dev):
-        planned = MinimalDev(op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Mqueue):
-        planned = MountMqueue(op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Dir):
-        planned = MakeDir(op.dest, op.mode)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Symlink):
-        planned = MakeSymlink(op.target, op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=None)
-    elif isinstance(op, P.File):
-        planned = WriteFile(op.dest, op.data, op.fd, op.mode, op.bind, op.readonly)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=False)
+        planned = to_plan_op(op)
+        want_dir = op.src_fd is not None or os.path.isdir(op.src)
     elif isinstance(op, P.Overlay):
         P.check_overlay_sources(op)
         index = sum(1 for d in done if isinstance(d, MountOverlay) and d.tmp) if op.tmp else 0
-        planned = MountOverlay(op.dest, op.lower, op.upper, op.work, op.tmp, index)
+        planned = to_plan_op(op, tmp_index=index)
         if len(os.fsencode(planned.data)) >= MOUNT_DATA_MAX:
             raise PolicyError(f"the overlay on {op.dest} has mount options longer than a page "
                               f"({len(os.fsencode(planned.data))} bytes): use fewer or shorter lower directories",
                               Reason.INVALID_VALUE, op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.RemountRo):
-        planned = RemountReadonly(op.dest)
-    elif isinstance(op, P.Chmod):
-        planned = ChangeMode(op.dest, op.mode)
-    else:  # pragma: no cover - Policy validates op types
-        raise PolicyError(f"unknown filesystem operation {op!r}", Reason.INVALID_VALUE, op)
+        want_dir = True
+    else:
+        planned = to_plan_op(op)
+        if isinstance(planned, (RemountReadonly, ChangeMode)):
+            yield planned
+            return
+        want_dir = _WANT_DIR[type(planned)]
+    _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=want_dir)
     yield planned
 
 

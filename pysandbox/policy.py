@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Iterable
 
-from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
+from .checks import (CAPABILITIES, IMPLEMENTED_NETWORK_MODES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
                      check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
                      validated)
 from .credentials import default_hides
@@ -32,7 +32,6 @@ from .writable import check_policy as _check_writable, writable_sources
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
 NETWORK_MODES = ("deny", "allow", "proxy")
-IMPLEMENTED_NETWORK_MODES = ("deny", "allow", "proxy")
 # Network proxy mode (pysandbox/egress.py): the listener's port in the sandbox's own (fresh)
 # network namespace, and the variables the command gets, which its policy cannot set.
 PROXY_PORT = 3128

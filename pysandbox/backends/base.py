@@ -119,7 +119,7 @@ class Backend(Protocol):
 
 def check_network_mode(mode: str) -> None:
     """Raise NetworkModeUnsupported for a network mode (a Plan's ``network``) not built yet."""
-    from ..policy import IMPLEMENTED_NETWORK_MODES   # a constant, as CAPABILITIES
+    from ..checks import IMPLEMENTED_NETWORK_MODES
     if mode not in IMPLEMENTED_NETWORK_MODES:
         raise NetworkModeUnsupported(
             f"network mode {mode!r} is not built yet; use {' or '.join(map(repr, IMPLEMENTED_NETWORK_MODES))}",

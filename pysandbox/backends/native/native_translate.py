@@ -15,7 +15,7 @@ import os
 from ... import plan as P
 from ... import view as _view
 from ...errors import Reason, SetupError
-from ...policy import CAPABILITIES
+from ...checks import CAPABILITIES
 from ...records import replace
 from .. import landlock, tail
 from .native_host import HostView
