@@ -60,7 +60,7 @@ Exit status: a command killed by signal N is returncode -N, as on the native bac
 
 Here: :class:`BwrapBackend` (info, check, spawn, status). The argv renderer is
 ``bwrap_render.py``, our init's launcher side ``bwrap_init.py``, starting bwrap and
-the sandbox's lifetime ``bwrap_launch.py``, the probes ``pysandbox/probe/bwrap.py``.
+the sandbox's lifetime ``bwrap_launch.py``, the probes ``probe.py`` (this package's).
 """
 
 from __future__ import annotations
@@ -426,7 +426,7 @@ class BwrapBackend:
                                 # as_pid_1: the command is pid 1 and may clear its own
                                 # PR_SET_PDEATHSIG; the launcher's lifetime monitor ends it
                                 # with the launcher (backends/monitor.py), or why not; only
-                                # where it means something (probe/native.py: the same rule)
+                                # where it means something (backends/native/probe.py: the same rule)
                                 **({"as_pid_1_lifetime": monitor.lifetime()}
                                    if policy.as_pid_1 or monitor.unavailable() is not None else {})})
         with self._lock:

@@ -12,7 +12,7 @@
 Rendering reads the plan and two host facts, asked through a :class:`HostView` (the
 real host unless the caller passes another); it starts nothing. Launching is in
 ``bwrap_launch.py``, our init in ``bwrap_init.py``, the probes in
-``pysandbox/probe/bwrap.py``; docs/ARCHITECTURE.md has the whole map.
+``probe.py`` of this package; docs/ARCHITECTURE.md has the whole map.
 """
 
 from __future__ import annotations

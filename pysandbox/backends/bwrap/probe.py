@@ -9,7 +9,7 @@
   and :func:`classify` (that line mapped to a reason code).
 
 Locating bwrap, its setuid check and ``--help`` parsing are in ``pysandbox.probe``;
-the caching per plan and per policy is the backend's (``backends/bwrap.py``).
+the caching per plan and per policy is the backend's (this package's ``__init__``).
 """
 
 from __future__ import annotations
