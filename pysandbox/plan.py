@@ -97,12 +97,14 @@ def command_may_mount(nested_userns: bool, caps_keep) -> bool:
     return nested_userns or "sys_admin" in caps_keep
 
 
-def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Plan:
+def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None,
+            allow_host_mountpoints: bool = False) -> Plan:
     """Compile ``policy`` into a :class:`Plan`.
 
-    ``policy.allow_host_mountpoints`` lets a mount point be created inside a writable
-    host bind (bubblewrap does this; pybwrap follows it). pysandbox's own policies never
-    create files on the host: a missing mount point there is a PolicyError.
+    ``allow_host_mountpoints`` lets a mount point be created inside a writable host
+    bind (bubblewrap does this; pybwrap, and only pybwrap, asks for it: it is no field of
+    the Policy, so no caller of the public API can make a launch create files on the
+    host). Otherwise a missing mount point there is a PolicyError.
 
     Raises:
         PolicyError: a missing bind or overlay source (``bind_source_missing``), overlay
@@ -121,7 +123,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         raise PolicyError("compile needs a Policy", Reason.INVALID_VALUE, policy)
     log = debug_logger()
     started = clock() if log is not None else 0.0
-    plan = _compile(policy, outer_ids)
+    plan = _compile(policy, outer_ids, allow_host_mountpoints)
     if log is not None:
         log.debug("plan: %d steps compiled in %.1f ms", len(plan.ops), ms(started))
         for i, op in enumerate(plan.ops):
@@ -129,7 +131,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
     return plan
 
 
-def _compile(policy: P.Policy, outer_ids) -> Plan:
+def _compile(policy: P.Policy, outer_ids, allow_host_mountpoints: bool) -> Plan:
     outer_uid, outer_gid = outer_ids if outer_ids is not None else (os.geteuid(), os.getegid())
     ns = set(policy.namespaces) | {"mount"}
     if policy.network.new_namespace:
@@ -144,7 +146,7 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
         ops.append(PdeathSig())
     done = _view.View()   # the mount ops so far, indexed, for resolving sandbox paths to host paths
     for op in policy.fs:
-        for planned in _compile_fs(op, done, policy.allow_host_mountpoints):
+        for planned in _compile_fs(op, done, allow_host_mountpoints):
             done.append(planned)
             ops.append(planned)
     _check_proc_binds(done)

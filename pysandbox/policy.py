@@ -133,8 +133,6 @@ class Policy:
     allow_io_uring: bool = False           # seccomp: io_uring_* allowed (network allow, not strict_unix)
     allow_syscalls: frozenset = frozenset()  # seccomp: of perf_event_open, bpf, userfaultfd, those allowed
     report_denials: bool = False           # result.denials: what the sandbox refused (denials.py)
-    allow_host_mountpoints: bool = False   # pybwrap only: a missing mount point inside a writable
-                                           # host bind is created on the host, as bwrap does
     block_fd: int | None = None            # setup waits for a byte or EOF here before the command
     userns_block_fd: int | None = None     # setup waits here before any id map: the caller writes them
     userns_fd: int | None = None           # join this user namespace instead of creating one
@@ -184,7 +182,7 @@ class Policy:
             if "uts" not in ns:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
         for flag in ("die_with_parent", "new_session", "as_pid_1", "caps_ambient", "allow_nested_userns",
-                     "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints",
+                     "keep_authority_sockets", "strict_unix", "allow_io_uring",
                      "allow_broad_writable", "follow_writable_symlinks", "report_denials"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))
