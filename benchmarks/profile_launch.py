@@ -10,7 +10,7 @@ until exec), and the wait (the command, the sandbox's exit, the reap); (2) the t
 of a cProfile of the same launches; (3) with ``--perf``, the top kernel and user
 symbols of ``perf record`` on this process and its children (needs perf); with
 ``--steps`` (native only), instead of (2): the per-step timings inside the C child
-(pysandbox/backends/native_stamps.py), medians over the launches, each step against
+(pysandbox/backends/native/native_stamps.py), medians over the launches, each step against
 the stamp before it, and the procfs covers, /dev and the pivot summed up.
 """
 
@@ -91,7 +91,7 @@ def profile(contender, count: int, top: int) -> None:
 
 
 def step_table(contender, count: int) -> None:
-    from pysandbox.backends import native_stamps
+    from pysandbox.backends.native import native_stamps
     runs: list = []
     native_stamps.listeners.append(runs.append)
     try:

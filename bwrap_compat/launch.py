@@ -139,7 +139,7 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
         policy = policy.replace(chdir=working_dir(args, policy, policy.env.apply(os.environ)))
     if args.chdir is not None:   # before the compile's own check, for bwrap's wording
         _check_chdir(policy.chdir, args.chdir, policy.fs)
-    plan = compiled(policy)
+    plan = compiled(policy, allow_host_mountpoints=True)
     command, shown = list(args.command), args.command[0]
     if sys.executable and selfexec.names_self(shown, plan.chdir, plan.mount_ops):
         # bwrap's /proc/self/exe is bwrap: run pybwrap, not the bare interpreter.
@@ -149,7 +149,7 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
         command = selfexec.rewrite(command, policy.argv0)
         if policy.argv0 is not None:   # now the nested pybwrap's sys.argv[0]
             policy = policy.replace(argv0=None)
-            plan = compiled(policy)
+            plan = compiled(policy, allow_host_mountpoints=True)
     if args.die_with_parent and parent_pid is not None:
         bind_to_parent(parent_pid)
     locks = take_locks(compat.lock_files, plan)
@@ -180,7 +180,7 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
 
     reporting = compat.info_fd is not None or compat.json_status_fd is not None
     try:
-        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, **stdio,
+        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, **stdio, _host_mountpoints=True,
                      on_start=started if reporting else None,
                      close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
     except SetupError as exc:

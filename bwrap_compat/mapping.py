@@ -257,7 +257,6 @@ def to_policy(args: BwrapArgs, *, real_uid: int | None = None, start_caps: froze
         new_session=args.new_session, as_pid_1=args.as_pid_1, caps_keep=caps_of(args, real_uid, start_caps),
         caps_ambient=caps_raised(args, real_uid),
         allow_nested_userns=not args.disable_userns, seccomp=tuple(seccomp), argv0=args.argv0,
-        allow_host_mountpoints=True,   # bwrap creates missing mount points in writable host binds
         # bwrap binds what it is told: / or a home read-write, through any symlink
         allow_broad_writable=True, follow_writable_symlinks=True)
     if args.assert_userns_disabled and not args.disable_userns and host.nested_userns_possible():

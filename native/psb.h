@@ -21,7 +21,7 @@
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
- * per kind is documented in psb_ops.c next to the handler and in backends/native.py. */
+ * per kind is documented in psb_ops.c next to the handler and in backends/native/__init__.py. */
 enum psb_op_kind {
     PSB_OP_IDMAP = 1,         /* a=setgroups "deny", b=uid_map text, c=gid_map text */
     PSB_OP_PDEATHSIG,         /* prctl(PR_SET_PDEATHSIG, SIGKILL) + lifeline check */

@@ -18,6 +18,8 @@ CAPABILITIES = (
     "audit_control", "setfcap", "mac_override", "mac_admin", "syslog", "wake_alarm",
     "block_suspend", "audit_read", "perfmon", "bpf", "checkpoint_restore",
 )
+# the network modes a backend can build (policy.Network.implemented, backends/base.py)
+IMPLEMENTED_NETWORK_MODES = ("deny", "allow", "proxy")
 # network proxy mode's bounds and their defaults (policy.Network, pysandbox/proxy/server.py)
 PROXY_BOUNDS = {"head_timeout": 10.0, "idle_timeout": 300.0, "max_connections": 1024}
 

@@ -3,7 +3,7 @@
 ``compile(policy)`` is pure apart from stat() on the host (bind sources, the type
 of a hidden path, whether a mount point exists). It is done once per policy and
 reused for every launch. Ops are named for the kernel action; bwrap spellings
-live in ``backends/bwrap_render.py`` and ``bwrap_compat`` only.
+live in ``backends/bwrap/bwrap_render.py`` and ``bwrap_compat`` only.
 
 Order, as in bubblewrap: namespaces and id maps; the filesystem operations in
 policy order (on a fresh tmpfs root, before pivot_root); pivot_root; loopback up;
@@ -24,6 +24,7 @@ from .records import dataclass
 
 from .ops import *   # noqa: F401,F403  (the plan's vocabulary)
 from . import view as _view
+from .fs_ops import plan_kind, planned as to_plan_op
 from .trace import clock, debug_logger, describe_op, ms
 from .view import host_path
 
@@ -96,12 +97,14 @@ def command_may_mount(nested_userns: bool, caps_keep) -> bool:
     return nested_userns or "sys_admin" in caps_keep
 
 
-def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Plan:
+def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None,
+            allow_host_mountpoints: bool = False) -> Plan:
     """Compile ``policy`` into a :class:`Plan`.
 
-    ``policy.allow_host_mountpoints`` lets a mount point be created inside a writable
-    host bind (bubblewrap does this; pybwrap follows it). pysandbox's own policies never
-    create files on the host: a missing mount point there is a PolicyError.
+    ``allow_host_mountpoints`` lets a mount point be created inside a writable host
+    bind (bubblewrap does this; pybwrap, and only pybwrap, asks for it: it is no field of
+    the Policy, so no caller of the public API can make a launch create files on the
+    host). Otherwise a missing mount point there is a PolicyError.
 
     Raises:
         PolicyError: a missing bind or overlay source (``bind_source_missing``), overlay
@@ -120,7 +123,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
         raise PolicyError("compile needs a Policy", Reason.INVALID_VALUE, policy)
     log = debug_logger()
     started = clock() if log is not None else 0.0
-    plan = _compile(policy, outer_ids)
+    plan = _compile(policy, outer_ids, allow_host_mountpoints)
     if log is not None:
         log.debug("plan: %d steps compiled in %.1f ms", len(plan.ops), ms(started))
         for i, op in enumerate(plan.ops):
@@ -128,7 +131,7 @@ def compile(policy: P.Policy, *, outer_ids: tuple[int, int] | None = None) -> Pl
     return plan
 
 
-def _compile(policy: P.Policy, outer_ids) -> Plan:
+def _compile(policy: P.Policy, outer_ids, allow_host_mountpoints: bool) -> Plan:
     outer_uid, outer_gid = outer_ids if outer_ids is not None else (os.geteuid(), os.getegid())
     ns = set(policy.namespaces) | {"mount"}
     if policy.network.new_namespace:
@@ -143,7 +146,7 @@ def _compile(policy: P.Policy, outer_ids) -> Plan:
         ops.append(PdeathSig())
     done = _view.View()   # the mount ops so far, indexed, for resolving sandbox paths to host paths
     for op in policy.fs:
-        for planned in _compile_fs(op, done, policy.allow_host_mountpoints):
+        for planned in _compile_fs(op, done, allow_host_mountpoints):
             done.append(planned)
             ops.append(planned)
     _check_proc_binds(done)
@@ -225,53 +228,43 @@ def writable_host_paths(policy: P.Policy) -> tuple:
     return policy.writable_host_paths
 
 
+# Whether a plan operation's destination must be a directory (True), not one (False),
+# or either (None) where it is inside a host bind (a bind: its source's type); the
+# remount and chmod make no mount point.
+_WANT_DIR = {MountTmpfs: True, MountProc: True, MinimalDev: True, MountMqueue: True, MakeDir: True,
+             MountOverlay: True, MakeSymlink: None, WriteFile: False}
+
+
 def _compile_fs(op, done, allow_host_mountpoints):
+    """The plan operation(s) of one Policy record: 1:1 through ``fs_ops.PLAN_OP`` (the
+    one table), with the checks a record's kind needs; ``Hide`` by the hidden path."""
     if isinstance(op, P.Hide):
         yield from _compile_hide(op, done)
         return
+    if plan_kind(op) is None:  # pragma: no cover - Policy validates op types
+        raise PolicyError(f"unknown filesystem operation {op!r}", Reason.INVALID_VALUE, op)
     if isinstance(op, P.Bind):
         P.check_bind_source(op)
         if op.src is not None and op.optional and not os.path.lexists(op.src):
             return  # bwrap --bind-try: a missing source is skipped
-        planned = BindMount(op.src, op.dest, op.readonly, op.dev, op.optional, op.src_fd)
-        is_dir = op.src_fd is not None or os.path.isdir(op.src)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=is_dir)
-    elif isinstance(op, P.Tmpfs):
-        planned = MountTmpfs(op.dest, op.size, op.mode)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Proc):
-        planned = MountProc(op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Dev):
-        planned = MinimalDev(op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Mqueue):
-        planned = MountMqueue(op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Dir):
-        planned = MakeDir(op.dest, op.mode)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.Symlink):
-        planned = MakeSymlink(op.target, op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=None)
-    elif isinstance(op, P.File):
-        planned = WriteFile(op.dest, op.data, op.fd, op.mode, op.bind, op.readonly)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=False)
+        planned = to_plan_op(op)
+        want_dir = op.src_fd is not None or os.path.isdir(op.src)
     elif isinstance(op, P.Overlay):
         P.check_overlay_sources(op)
         index = sum(1 for d in done if isinstance(d, MountOverlay) and d.tmp) if op.tmp else 0
-        planned = MountOverlay(op.dest, op.lower, op.upper, op.work, op.tmp, index)
+        planned = to_plan_op(op, tmp_index=index)
         if len(os.fsencode(planned.data)) >= MOUNT_DATA_MAX:
             raise PolicyError(f"the overlay on {op.dest} has mount options longer than a page "
                               f"({len(os.fsencode(planned.data))} bytes): use fewer or shorter lower directories",
                               Reason.INVALID_VALUE, op.dest)
-        _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=True)
-    elif isinstance(op, P.RemountRo):
-        planned = RemountReadonly(op.dest)
-    elif isinstance(op, P.Chmod):
-        planned = ChangeMode(op.dest, op.mode)
-    else:  # pragma: no cover - Policy validates op types
-        raise PolicyError(f"unknown filesystem operation {op!r}", Reason.INVALID_VALUE, op)
+        want_dir = True
+    else:
+        planned = to_plan_op(op)
+        if isinstance(planned, (RemountReadonly, ChangeMode)):
+            yield planned
+            return
+        want_dir = _WANT_DIR[type(planned)]
+    _check_mountpoint(op.dest, done, allow_host_mountpoints, want_dir=want_dir)
     yield planned
 
 

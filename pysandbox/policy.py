@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Iterable
 
-from .checks import (CAPABILITIES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
+from .checks import (CAPABILITIES, IMPLEMENTED_NETWORK_MODES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
                      check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
                      validated)
 from .credentials import default_hides
@@ -32,7 +32,6 @@ from .writable import check_policy as _check_writable, writable_sources
 
 NAMESPACES = ("user", "pid", "ipc", "uts", "net", "cgroup")
 NETWORK_MODES = ("deny", "allow", "proxy")
-IMPLEMENTED_NETWORK_MODES = ("deny", "allow", "proxy")
 # Network proxy mode (pysandbox/egress.py): the listener's port in the sandbox's own (fresh)
 # network namespace, and the variables the command gets, which its policy cannot set.
 PROXY_PORT = 3128
@@ -134,8 +133,6 @@ class Policy:
     allow_io_uring: bool = False           # seccomp: io_uring_* allowed (network allow, not strict_unix)
     allow_syscalls: frozenset = frozenset()  # seccomp: of perf_event_open, bpf, userfaultfd, those allowed
     report_denials: bool = False           # result.denials: what the sandbox refused (denials.py)
-    allow_host_mountpoints: bool = False   # pybwrap only: a missing mount point inside a writable
-                                           # host bind is created on the host, as bwrap does
     block_fd: int | None = None            # setup waits for a byte or EOF here before the command
     userns_block_fd: int | None = None     # setup waits here before any id map: the caller writes them
     userns_fd: int | None = None           # join this user namespace instead of creating one
@@ -185,7 +182,7 @@ class Policy:
             if "uts" not in ns:
                 raise PolicyError("a hostname needs the uts namespace", Reason.CONFLICTING_OPTIONS, self.hostname)
         for flag in ("die_with_parent", "new_session", "as_pid_1", "caps_ambient", "allow_nested_userns",
-                     "keep_authority_sockets", "strict_unix", "allow_io_uring", "allow_host_mountpoints",
+                     "keep_authority_sockets", "strict_unix", "allow_io_uring",
                      "allow_broad_writable", "follow_writable_symlinks", "report_denials"):
             if not isinstance(getattr(self, flag), bool):
                 raise PolicyError(f"{flag} must be a bool", Reason.INVALID_VALUE, getattr(self, flag))

@@ -43,30 +43,32 @@ _plan_by_id: dict = {}
 _plan_lock = threading.Lock()
 
 
-def compiled(policy: Policy) -> _plan.Plan:
-    """The plan of ``policy``, compiled once per process (policies are hashable).
+def compiled(policy: Policy, *, allow_host_mountpoints: bool = False) -> _plan.Plan:
+    """The plan of ``policy``, compiled once per process (policies are hashable);
+    ``allow_host_mountpoints``: pybwrap's compile option (``plan.compile``).
 
     The same Policy object launched again is found by identity, without hashing
     it (a frozen dataclass rehashes every field on each call: 0.1-0.2 ms with a
     thousand binds); an equal but distinct Policy is found by value."""
-    seen = _plan_by_id.get(id(policy))
+    host = bool(allow_host_mountpoints)
+    seen = _plan_by_id.get((id(policy), host))
     if seen is not None and seen[0] is policy:
         return seen[1]
     try:
         hash(policy)
     except TypeError:
-        return _plan.compile(policy)
+        return _plan.compile(policy, allow_host_mountpoints=host)
     with _plan_lock:
-        got = _plan_cache.get(policy)
+        got = _plan_cache.get((policy, host))
     if got is None:
-        got = _plan.compile(policy)
+        got = _plan.compile(policy, allow_host_mountpoints=host)
     with _plan_lock:
         if len(_plan_cache) > 256:
             _plan_cache.clear()
             _plan_by_id.clear()
-        _plan_cache[policy] = got
+        _plan_cache[(policy, host)] = got
         # The entry holds the policy itself, so its id cannot be reused while it is here.
-        _plan_by_id[id(policy)] = (policy, got)
+        _plan_by_id[(id(policy), host)] = (policy, got)
     return got
 
 
@@ -147,6 +149,7 @@ class SandboxProcess(BackendPopen):
                  env=None, pass_fds=(), on_start=None, cwd=None,
                  close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None,
                  on_proxy_event=None, _proxy_resolver=None, _proxy_tenants=None, denials_by_session: bool = False,
+                 _host_mountpoints: bool = False,
                  **kwargs):
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
                     "umask", "process_group", "start_new_session"):
@@ -164,7 +167,9 @@ class SandboxProcess(BackendPopen):
         if any("\x00" in a for a in argv):
             raise PolicyError("command arguments must not contain NUL", Reason.INVALID_VALUE, argv)
         self.policy = policy if policy is not None else Policy.default()
-        self.plan = compiled(self.policy)
+        # _host_mountpoints: pybwrap's only (bwrap creates a missing mount point inside a
+        # writable host bind on the host); no Policy field can ask for it.
+        self.plan = compiled(self.policy, allow_host_mountpoints=_host_mountpoints)
         if cwd is not None:
             self.plan = with_start_directory(self.plan, cwd)
         elif policy is None:

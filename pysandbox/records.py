@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-__all__ = ["TYPE_CHECKING", "dataclass", "field", "replace"]
+__all__ = ["TYPE_CHECKING", "dataclass", "field", "field_names", "replace"]
 
 TYPE_CHECKING = False   # not typing's: importing typing costs a command line's start-up (issue 15)
 if TYPE_CHECKING:
@@ -70,6 +70,16 @@ def replace(obj, /, **changes):
         if name not in changes:
             changes[name] = getattr(obj, name)
     return obj.__class__(**changes)
+
+
+def field_names(cls) -> tuple:
+    """The field names of a record class, in order (``dataclasses.fields`` without
+    importing ``dataclasses`` for a record made here)."""
+    names = vars(cls).get("_record_fields")
+    if names is None:
+        import dataclasses
+        return tuple(f.name for f in dataclasses.fields(cls))
+    return tuple(names)
 
 
 @dataclass_transform(field_specifiers=(field,))

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 
 from .backends import BACKENDS, get_backend
-from .backends.base import BackendStatus
+from .backends.base import BackendStatus, backend_down
 from .errors import PolicyError, Reason, SandboxError
 
 __all__ = ["Status", "status"]
@@ -107,7 +107,6 @@ def status(policy=None, *, backend: str = "auto") -> Status:
 
 
 def _backend_status(name: str, policy) -> BackendStatus:
-    from .probe import backend_down   # probes imported only when asked, as below
     try:
         impl = get_backend(name)
     except ImportError as exc:

@@ -20,14 +20,16 @@ import stat
 from . import ops as O
 from . import fs as P
 from .execpath import exec_candidates
+from .fs_ops import with_records
 
-# What puts a new filesystem on a path (the rest only add nodes inside one).
-_MOUNTS = (O.BindMount, O.MountTmpfs, O.MountOverlay, O.MountProc, O.MinimalDev, O.MountMqueue,
-           P.Bind, P.Tmpfs, P.Overlay, P.Proc, P.Dev, P.Mqueue)
-_BINDS = (O.BindMount, P.Bind)
-_OVERLAYS = (O.MountOverlay, P.Overlay)
-_EMPTY = (O.MountTmpfs, O.MinimalDev, O.MountMqueue, P.Tmpfs, P.Dev, P.Mqueue)
-_LEAVES = (O.WriteFile, O.MakeSymlink, P.File, P.Symlink)
+# What puts a new filesystem on a path (the rest only add nodes inside one); each with
+# the Policy records that become it (pysandbox/fs_ops.py, the one table).
+_MOUNTS = with_records(O.BindMount, O.MountTmpfs, O.MountOverlay, O.MountProc, O.MinimalDev, O.MountMqueue)
+_BINDS = with_records(O.BindMount)
+_OVERLAYS = with_records(O.MountOverlay)
+_EMPTY = with_records(O.MountTmpfs, O.MinimalDev, O.MountMqueue)
+_LEAVES = with_records(O.WriteFile, O.MakeSymlink)
+_FILES = with_records(O.WriteFile)
 
 
 def is_mount(op) -> bool:
@@ -35,7 +37,7 @@ def is_mount(op) -> bool:
     Policy's optional bind whose source is missing is skipped, as the plan skips it)."""
     if isinstance(op, P.Bind) and op.optional and op.src is not None and not os.path.lexists(op.src):
         return False
-    return isinstance(op, _MOUNTS) or (isinstance(op, (O.WriteFile, P.File)) and op.bind)
+    return isinstance(op, _MOUNTS) or (isinstance(op, _FILES) and op.bind)
 
 
 def under(path: str, dest: str) -> bool:

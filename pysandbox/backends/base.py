@@ -5,8 +5,8 @@ returns only once the command was executed (native: EOF on the error pipe) or
 raises a typed error, so a failed setup never looks like a command's exit status.
 
 Here: :class:`Launch`, the :class:`Child` and :class:`Backend` protocols, the status
-records (:class:`CapabilityStatus`, :class:`BackendStatus`) and
-:func:`check_network_mode`, the one rule every backend applies to a plan's network.
+records (:class:`CapabilityStatus`, :class:`BackendStatus`, :func:`backend_down` for a backend
+that cannot run here at all) and :func:`check_network_mode`, the one rule every backend applies to a plan's network.
 """
 
 from __future__ import annotations
@@ -119,8 +119,17 @@ class Backend(Protocol):
 
 def check_network_mode(mode: str) -> None:
     """Raise NetworkModeUnsupported for a network mode (a Plan's ``network``) not built yet."""
-    from ..policy import IMPLEMENTED_NETWORK_MODES   # a constant, as CAPABILITIES
+    from ..checks import IMPLEMENTED_NETWORK_MODES
     if mode not in IMPLEMENTED_NETWORK_MODES:
         raise NetworkModeUnsupported(
             f"network mode {mode!r} is not built yet; use {' or '.join(map(repr, IMPLEMENTED_NETWORK_MODES))}",
             Reason.NETWORK_MODE_UNSUPPORTED)
+
+
+def backend_down(name: str, reason: str, detail: str) -> BackendStatus:
+    """The status of backend ``name`` when it cannot run here at all (not found, not
+    importable, refused): every capability and network mode unavailable for ``reason``
+    (a Reason value) with ``detail``."""
+    caps = [CapabilityStatus(c, False, reason, detail) for c in ("user", "mount", "pid", "proc", "net", "loopback")]
+    network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow", "proxy")}
+    return BackendStatus(name, False, reason, detail, caps, network)

@@ -6,12 +6,13 @@
 - whether an unprivileged user and network namespace can be created here
   (:func:`host_capabilities`, cached per process);
 - :func:`run_probe`: run a short probe command and collect its exit status and stderr,
-  bounded in time, with nothing but stdio inherited;
-- :func:`backend_down`: the status of a backend that cannot run here at all.
+  bounded in time, with nothing but stdio inherited.
 
-What a plan or each capability does through bwrap is probed in ``probe/bwrap.py``, the
-native backend's capabilities in ``probe/native.py``, and the host files pybwrap decides
-on are read in ``probe/host.py``; ``pysandbox/status.py`` is the only aggregator.
+What a plan or each capability does through bwrap is probed by the bwrap backend's own
+``backends/bwrap/probe.py``, the native backend's capabilities by
+``backends/native/probe.py``, and the host files pybwrap decides on are read in
+``probe/host.py``; ``pysandbox/status.py`` is the only aggregator. This package is below
+the backends: it imports nothing from them (tests/unit/test_imports.py).
 Nothing here changes the host: probes run in children that exit at once.
 """
 
@@ -26,10 +27,6 @@ import threading
 from ..errors import BackendUnavailable, BwrapNotFound, BwrapProbeFailed, Reason, SetuidRejected
 from ..pathtree import within
 from ..records import dataclass, field
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:   # imported where used: pybwrap's parser reads probe.host, and needs no backend
-    from ..backends.base import BackendStatus
 
 ENV_BWRAP = "PYSANDBOX_BWRAP"
 ENV_ALLOW_SETUID = "PYSANDBOX_ALLOW_SETUID_BWRAP"
@@ -296,18 +293,6 @@ def bwrap_info(path: str) -> BwrapInfo:
     with _lock:
         _info_cache[key] = info
     return info
-
-
-# ---------------------------------------------------------------- a backend that cannot run
-
-def backend_down(name: str, reason: str, detail: str) -> BackendStatus:
-    """The status of backend ``name`` when it cannot run here at all (not found, not
-    importable, refused): every capability and network mode unavailable for ``reason``
-    (a Reason value) with ``detail``."""
-    from ..backends.base import BackendStatus, CapabilityStatus
-    caps = [CapabilityStatus(c, False, reason, detail) for c in ("user", "mount", "pid", "proc", "net", "loopback")]
-    network = {m: CapabilityStatus(m, False, reason, detail) for m in ("deny", "allow", "proxy")}
-    return BackendStatus(name, False, reason, detail, caps, network)
 
 
 # ---------------------------------------------------------------- kernel facts

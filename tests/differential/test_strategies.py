@@ -32,10 +32,10 @@ def world():
 # native backend and against bwrap's own command line in tests/integration/test_block_fds.py,
 # tests/integration/test_join_ns.py and tests/compat/test_launch.py.
 NATIVE_ONLY = {"block_fd", "userns_block_fd", "userns_fd", "pidns_fd", "userns2_fd"}
-# pybwrap's own: mount points created on the host inside a writable bind, as bwrap does.
-# A differential case never creates files on the host; tested in tests/unit/test_overlay.py
-# and by pybwrap against bwrap in tests/compat.
-PYBWRAP_ONLY = {"allow_host_mountpoints"}
+# pybwrap's own mount points created on the host inside a writable bind, as bwrap does,
+# are no Policy field (plan.compile's allow_host_mountpoints): a differential case never
+# creates files on the host; tested in tests/unit/test_overlay.py and by pybwrap against
+# bwrap in tests/compat.
 # Filesystem operations the reference bwrap 0.8 lacks: Overlay (--overlay-src/--overlay/
 # --tmp-overlay/--ro-overlay are bwrap 0.11). The generated policies leave it out; the
 # corpus holds it ("overlay-family"), compared against bwrap 0.11
@@ -57,7 +57,7 @@ def test_corpus_covers_every_operation_and_option(world):
     kinds = {type(op) for p in built for op in p.fs}
     assert kinds == set(pol.FS_OP_TYPES), set(pol.FS_OP_TYPES) - kinds
     options = set().union(*(_non_default_fields(p) for p in built))
-    wanted = {f.name for f in dataclasses.fields(pol.Policy)} - {"fs"} - NATIVE_ONLY - PYBWRAP_ONLY
+    wanted = {f.name for f in dataclasses.fields(pol.Policy)} - {"fs"} - NATIVE_ONLY
     assert options == wanted, (wanted - options, options - wanted)
     ops = [op for p in built for op in p.fs]
     flags = {
@@ -102,7 +102,7 @@ def test_generated_policies_compile(world):
     # argv0: the reference bwrap 0.8 lacks --argv0; keep_authority_sockets only changes
     # what Policy.default builds, which generated policies do not use
     assert options >= {f.name for f in dataclasses.fields(pol.Policy)} - {"fs", "argv0", "keep_authority_sockets"} \
-        - NATIVE_ONLY - PYBWRAP_ONLY
+        - NATIVE_ONLY
 
 
 def _bwrap_compat():
@@ -149,7 +149,7 @@ def test_round_trip_through_bwrap_argv(world):
     plan (Hide already expanded, environment applied by the process layer), so the
     parsed policy is the plan's policy, not a field-by-field copy of the original."""
     to_policy = _bwrap_compat()
-    from pysandbox.backends import bwrap_render as renderer
+    from pysandbox.backends.bwrap import bwrap_render as renderer
     seen = []
 
     @settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))

@@ -203,7 +203,7 @@ HELPER = textwrap.dedent("""
             out[how] = "ran"
         except pysandbox.SandboxError as exc:
             out[how] = [type(exc).__name__, exc.reason.value, getattr(exc, "stage", None)]
-    from pysandbox.probe.native import probe_native
+    from pysandbox.backends.native.probe import probe_native
     st = probe_native(pol)
     out["status"] = [st.available, st.reason, {{c.name: c.available for c in st.capabilities}}]
     print(json.dumps(out))

@@ -1,4 +1,4 @@
-"""Per-step timings of a native launch (pysandbox/backends/native_stamps.py, psb_launch
+"""Per-step timings of a native launch (pysandbox/backends/native/native_stamps.py, psb_launch
 stamps in native/psb.h): with a listener every step of the child reports, in order;
 without one no page is given to the C side at all."""
 
@@ -9,7 +9,7 @@ import logging
 import pytest
 
 import pysandbox
-from pysandbox.backends import native_stamps
+from pysandbox.backends.native import native_stamps
 
 pytestmark = pytest.mark.requires("userns", "native")
 

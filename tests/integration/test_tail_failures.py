@@ -189,7 +189,8 @@ def _caps_at_62(monkeypatch):
     """The launcher's capability numbering with ``chown`` at bit 62, a capability no kernel
     has: the kept set the tail asks for is one the kernel refuses (EPERM), while bwrap's own
     --cap-add still names CAP_CHOWN."""
-    from pysandbox.backends import bwrap_init, native_translate
+    from pysandbox.backends.bwrap import bwrap_init
+    from pysandbox.backends.native import native_translate
     names = list(native_translate.CAPABILITIES)
     names += [f"unknown{i}" for i in range(len(names), 63)]
     at = names.index("chown")

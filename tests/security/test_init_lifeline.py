@@ -37,7 +37,7 @@ STARTED = 0x50534201
 
 
 def _init_head(status_w: int) -> tuple[list[str], tuple[int, ...]]:
-    from pysandbox.backends import bwrap_init
+    from pysandbox.backends.bwrap import bwrap_init
     fd = bwrap_init.init_memfd()
     return [f"/proc/self/fd/{fd}", str(status_w), str(fd)], (status_w, fd)
 

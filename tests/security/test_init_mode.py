@@ -20,7 +20,7 @@ import pytest
 
 import pysandbox
 from pysandbox.backends.native import NO_EXEC_INIT_ENV
-from pysandbox.probe.native import probe_native
+from pysandbox.backends.native.probe import probe_native
 from tests.support import host_capability, need
 
 pytestmark = [pytest.mark.requires("userns")]

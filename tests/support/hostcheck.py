@@ -30,7 +30,7 @@ _TYPES = {stat.S_IFDIR: "d", stat.S_IFREG: "f", stat.S_IFLNK: "l"}
 
 
 # Where a setup mounts on its own mount namespace's copy of the host tree: the base a
-# setup tmpfs goes on (pysandbox/backends/native_host.setup_base, bwrap's /tmp), the
+# setup tmpfs goes on (pysandbox/backends/native/native_host.setup_base, bwrap's /tmp), the
 # kernel filesystems a sandbox remounts. A propagation leak would show there exactly.
 SETUP_POINTS = frozenset({"/", "/tmp", "/run", "/mnt", "/var/tmp", "/proc", "/dev", "/sys", "/newroot", "/oldroot"})
 

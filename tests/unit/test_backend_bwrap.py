@@ -9,12 +9,12 @@ import pytest
 
 from pysandbox import plan as P
 from pysandbox import probe
-from pysandbox.backends import bwrap_init as I
-from pysandbox.backends import bwrap_render as B
+from pysandbox.backends.bwrap import bwrap_init as I
+from pysandbox.backends.bwrap import bwrap_render as B
 from pysandbox.backends.bwrap import BwrapBackend
 from pysandbox.errors import (BackendUnavailable, BwrapNotFound, BwrapOptionUnsupported, Reason,
                               SetuidRejected, SetupError)
-from pysandbox.probe import bwrap as PB
+from pysandbox.backends.bwrap import probe as PB
 from pysandbox.policy import Bind, Chmod, Dev, Dir, File, Mqueue, Policy, Proc, RemountRo, Symlink, Tmpfs
 
 HELP_08 = """usage: bwrap [OPTIONS...] [--] COMMAND [ARGS...]

@@ -11,7 +11,7 @@ import pytest
 from pysandbox import plan as P
 from pysandbox import policy as PP
 from pysandbox.backends import native as N
-from pysandbox.backends.bwrap_render import check_expressible
+from pysandbox.backends.bwrap.bwrap_render import check_expressible
 from pysandbox.errors import BwrapOptionUnsupported, PolicyError, Reason
 from tests.unit.test_bwrap_compat import _policy
 
@@ -60,7 +60,7 @@ def test_policy_flag_is_a_bool():
 def test_bwrap_backend_leaves_kept_caps_unraised_through_its_init():
     """bwrap's --cap-add raises the kept set into inheritable and ambient; our init's -n
     clears both before the command's exec. Without the init (no procfs) it is refused."""
-    from pysandbox.backends import bwrap_init as I
+    from pysandbox.backends.bwrap import bwrap_init as I
     info = SimpleNamespace(version="0.8.0")
     policy = PP.Policy.default(caps_keep={"chown"}, caps_ambient=False)
     plan = P.compile(policy, outer_ids=(1000, 1000))

@@ -130,6 +130,52 @@ def test_no_import_cycle():
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+def layer(module: str, modules: dict[str, Path]) -> str:
+    """The layer a module belongs to: its subpackage (``pysandbox.probe``,
+    ``pysandbox.backends``, ``pysandbox.backends.native``, ...), or the module itself
+    where it sits directly in a top-level package (``pysandbox.plan``)."""
+    parts = module.split(".")
+    package = parts if modules[module].name == "__init__.py" else parts[:-1]
+    return ".".join(package) if len(package) > 1 else module
+
+
+def upward_imports(graph: dict[str, set[str]], modules: dict[str, Path]) -> list[list[str]]:
+    """The cycles between layers (each as ``[layer, ..., layer]`` with the imports that
+    make it): an import that runs back up. A package's ``__init__`` importing its own
+    submodules is its layout, not an edge (the backend registry's lazy imports)."""
+    layers: dict[str, set[str]] = {}
+    why: dict[tuple, list[str]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            if modules[source].name == "__init__.py" and target.startswith(source + "."):
+                continue
+            a, b = layer(source, modules), layer(target, modules)
+            if a != b:
+                layers.setdefault(a, set()).add(b)
+                why.setdefault((a, b), []).append(f"{source} -> {target}")
+    return [cycle + [f"  {edge}" for x, y in zip(cycle, cycle[1:]) for edge in why[(x, y)]]
+            for cycle in _cycles(layers)]
+
+
+def test_no_import_runs_back_up_the_layers():
+    """Between layers the imports run one way (issue 26 item 4: backends <-> probe ran
+    both ways through 11 imports): each backend package holds its own probe, and the
+    host facts in pysandbox/probe import nothing from the backends. Live control: one
+    planted upward import (the host facts reading the bwrap backend's probe) is found."""
+    modules = _modules()
+    graph = import_graph()
+    assert not any(t.startswith("pysandbox.backends") for t in graph["pysandbox.probe"] | graph["pysandbox.probe.host"])
+    assert upward_imports(graph, modules) == [], upward_imports(graph, modules)
+    planted = {k: set(v) for k, v in graph.items()}
+    planted["pysandbox.probe.host"].add("pysandbox.backends.bwrap.probe")
+    found = upward_imports(planted, modules)
+    assert len(found) == 1 and found[0][:3] == ["pysandbox.probe", "pysandbox.backends.bwrap",
+                                                "pysandbox.probe"], found
+    assert "  pysandbox.probe.host -> pysandbox.backends.bwrap.probe" in found[0], found
+    # the backend registry importing its own backends is its layout, not an upward edge
+    assert {"pysandbox.backends.native", "pysandbox.backends.bwrap"} <= graph["pysandbox.backends"]
+
+
 def _line_count(path: Path) -> int:
     return len(path.read_text().splitlines())
 
@@ -161,29 +207,40 @@ def test_backends_do_not_reach_the_policy_through_the_plan():
     assert uses == [] and "policy" not in fields, (uses, sorted(fields))
 
 
-POLICY_RECORDS = ("Policy", "Network")   # what a backend is never handed (it gets a Plan)
+POLICY_MODULES = ("pysandbox.policy", "pysandbox.fs")   # the Policy and its records
 
 
-def _policy_record_imports(module: str, path: Path, tree) -> list[str]:
-    """``from <pysandbox.policy> import Policy/Network`` anywhere in ``tree`` (functions too)."""
+def _policy_imports(module: str, path: Path, tree) -> list[str]:
+    """Imports of the Policy's modules anywhere in ``tree`` (functions too): ``from
+    pysandbox.policy import ...``, ``from pysandbox import fs``, ``import pysandbox.fs``."""
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and _resolve(module, path.name == "__init__.py", node) == "pysandbox.policy":
-            out += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}" for a in node.names if a.name in POLICY_RECORDS]
+        if isinstance(node, ast.ImportFrom):
+            base = _resolve(module, path.name == "__init__.py", node)
+            out += [f"{path.relative_to(ROOT)}:{node.lineno}: {base}.{a.name}" for a in node.names
+                    if base in POLICY_MODULES or f"{base}.{a.name}" in POLICY_MODULES]
+        elif isinstance(node, ast.Import):
+            out += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name}" for a in node.names
+                    if a.name in POLICY_MODULES]
     return out
 
 
-def test_backends_import_no_policy_record():
-    """No module under pysandbox/backends/ imports ``Policy`` or ``Network`` (issue 26 item
-    4: backends import the Plan; a constant such as CAPABILITIES is not a record). Live
-    control: the same check finds one in a made-up backend module."""
+def test_backends_import_no_policy_module():
+    """No module under pysandbox/backends/ imports pysandbox/policy.py or pysandbox/fs.py
+    at all (issue 26 item 4: backends import the Plan; the constants they need are in
+    pysandbox/checks.py; a Policy handed to ``status`` is read through the one table of
+    pysandbox/fs_ops.py). Live control: the same check finds each form in a made-up
+    backend module."""
     mods = {m: p for m, p in _modules().items() if m.startswith("pysandbox.backends")}
-    assert mods, "no backend module found"
-    found = [hit for m, p in mods.items() for hit in _policy_record_imports(m, p, ast.parse(p.read_text()))]
-    fake = ROOT / "pysandbox" / "backends" / "made_up.py"
-    control = _policy_record_imports("pysandbox.backends.made_up", fake, ast.parse(
-        "def status(policy=None):\n    from ..policy import Policy\n    return Policy.default()\n"))
-    assert control == ["pysandbox/backends/made_up.py:2: Policy"], control
+    assert "pysandbox.backends.native.probe" in mods and "pysandbox.backends.bwrap.probe" in mods
+    found = [hit for m, p in mods.items() for hit in _policy_imports(m, p, ast.parse(p.read_text()))]
+    fake = ROOT / "pysandbox" / "backends" / "native" / "made_up.py"
+    control = _policy_imports("pysandbox.backends.native.made_up", fake, ast.parse(
+        "def status(policy=None):\n    from ...policy import Policy\n    from ... import fs\n"
+        "    import pysandbox.fs\n    from ...checks import CAPABILITIES\n"))
+    assert control == ["pysandbox/backends/native/made_up.py:2: pysandbox.policy.Policy",
+                       "pysandbox/backends/native/made_up.py:3: pysandbox.fs",
+                       "pysandbox/backends/native/made_up.py:4: pysandbox.fs"], control
     assert found == [], found
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from pysandbox import cli, cgroup
 from pysandbox import plan as P
-from pysandbox.backends import bwrap_init as I
+from pysandbox.backends.bwrap import bwrap_init as I
 from pysandbox.backends import native as N
 from pysandbox.cli_limits import merged
 from pysandbox.enforcement import which_limit

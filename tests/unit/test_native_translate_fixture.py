@@ -10,9 +10,9 @@ import os
 import pytest
 
 from pysandbox import plan as P
-from pysandbox.backends.native_host import HostView
+from pysandbox.backends.native.native_host import HostView
 from pysandbox.backends.native_ops import pack
-from pysandbox.backends.native_translate import translate
+from pysandbox.backends.native.native_translate import translate
 
 from ._translate_cases import HOSTS, cases, compile_case, normalised
 

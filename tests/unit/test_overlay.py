@@ -16,7 +16,7 @@ from bwrap_compat.mapping import to_policy
 from bwrap_compat.messages import OVERLAP
 from pysandbox import plan as P
 from pysandbox import probe
-from pysandbox.backends import bwrap_render as B
+from pysandbox.backends.bwrap import bwrap_render as B
 from pysandbox.backends.bwrap import BwrapBackend
 from pysandbox.backends import native as N
 from pysandbox.errors import BackendUnavailable, BwrapOptionUnsupported, PolicyError, Reason, SetupError
@@ -33,8 +33,9 @@ def layers(tmp_path):
     return {name: str(tmp_path / name) for name in ("l1", "l2", "l3", "up", "wk")}
 
 
-def _compile(*fs, **kw):
-    return P.compile(Policy(fs=(Tmpfs("/"),) + fs, **kw), outer_ids=(1000, 1000))
+def _compile(*fs, allow_host_mountpoints=False):
+    return P.compile(Policy(fs=(Tmpfs("/"),) + fs), outer_ids=(1000, 1000),
+                     allow_host_mountpoints=allow_host_mountpoints)
 
 
 # ---------------------------------------------------------------- Policy

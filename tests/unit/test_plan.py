@@ -78,6 +78,25 @@ def test_missing_mount_point_inside_host_bind_is_refused(tmp_path):
     assert not os.path.exists(tmp_path / "not-there")
 
 
+def test_no_policy_can_ask_for_mount_points_on_the_host(tmp_path):
+    """Creating a missing mount point inside a writable host bind (bwrap's way) is
+    pybwrap's compile option, no Policy field: a caller of the public API (a policy
+    from a profile, a Policy built by a tool) cannot make a launch create files on the
+    host with it, nor through the process layer's compile. Live control: the same
+    policy compiles with the option, as pybwrap compiles it."""
+    from pysandbox.process import compiled
+    fs = (Bind(str(tmp_path), "/w"), Tmpfs("/w/not-there"))
+    with pytest.raises(TypeError):
+        Policy(fs=fs, allow_host_mountpoints=True)
+    for attempt in (lambda: P.compile(Policy(fs=fs)), lambda: compiled(Policy(fs=fs))):
+        with pytest.raises(PolicyError) as info:
+            attempt()
+        assert info.value.reason == Reason.MOUNT_POINT_MISSING
+    plan = compiled(Policy(fs=fs), allow_host_mountpoints=True)   # control: pybwrap's compile
+    assert P.MountTmpfs("/w/not-there") in plan.mount_ops
+    assert not os.path.exists(tmp_path / "not-there")   # compiling creates nothing
+
+
 def test_optional_bind_of_missing_source_is_skipped(tmp_path):
     fs = (Tmpfs("/"), Bind(str(tmp_path / "absent"), "/x", optional=True))
     assert P.compile(Policy(fs=fs)).mount_ops == (P.MountTmpfs("/"),)

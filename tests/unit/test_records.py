@@ -17,7 +17,7 @@ import pytest
 from pysandbox import records
 
 MODULES = ("pysandbox.ops", "pysandbox.fs", "pysandbox.policy", "pysandbox.plan", "pysandbox.authority",
-           "pysandbox.probe", "pysandbox.backends.base", "pysandbox.backends.native_host",
+           "pysandbox.probe", "pysandbox.backends.base", "pysandbox.backends.native.native_host",
            "pysandbox.backends.native_ops", "bwrap_compat.args", "bwrap_compat.mapping")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pysandbox
 from pysandbox import plan as P
 from pysandbox.backends import tail
-from pysandbox.backends.bwrap_init import init_failure
+from pysandbox.backends.bwrap.bwrap_init import init_failure
 from pysandbox.cli_errors import without_step
 from pysandbox.errors import Reason, SetupError
 from pysandbox.limits import Limits

@@ -147,7 +147,7 @@ def test_is_mount_calls_grow_linearly_with_the_binds(tmp_path, monkeypatch):
 
 
 def test_native_translation_is_linear(tmp_path, monkeypatch):
-    from pysandbox.backends import native_translate
+    from pysandbox.backends.native import native_translate
     paths = _sources(str(tmp_path), 400)
     plans = {n: _pybwrap_policy_and_plan(paths[:n]) for n in (100, 400)}
     counts = {n: _count_is_mount(monkeypatch, lambda plan=plan: native_translate.translate(plan))

@@ -6,7 +6,7 @@ envp and stdio are filled in. The C child (``native/psb_child.c``) walks the arr
 ``clone``: no Python, no malloc. A failed step sends ``{stage, op index, errno}``
 through a close-on-exec pipe; :mod:`.native_errors` maps it, in one table, to the typed
 error naming the plan step and the path. EOF on the pipe means the command was
-executed. Probing (``status``) is :mod:`pysandbox.probe.native`.
+executed. Probing (``status``) is :mod:`pysandbox.backends.native.probe`.
 
 Processes: the setup child is cloned into the new namespaces and, where it can,
 shares the caller's memory (CLONE_VM, no page-table copy) until it execs. With a pid
@@ -25,22 +25,23 @@ from __future__ import annotations
 import os
 import threading
 
-from .. import plan as P
-from ..execpath import exec_candidates
-from .base import BackendStatus, Launch, pack_winsize
+from ... import plan as P
+from ...execpath import exec_candidates
+from ..base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.
-from . import landlock, monitor, native_stamps
-from ._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, load_module,  # noqa: F401
+from .. import landlock, monitor
+from . import native_stamps
+from .._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, load_module,  # noqa: F401
                           has_mount_setattr, init_fd)
 from .native_errors import namespace_error, setup_error
 from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
 # The op array's names, re-exported: the tests and the module loader read them here.
-from .native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE,  # noqa: F401
+from ..native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE,  # noqa: F401
                          F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV, MS_NOEXEC,
                          MS_NOSUID, OP, OP_KINDS, PROBE_IDMAP, PROC_RO, STAGE_CLONE, STAGE_EXEC, STAGE_FDS,
                          STAGE_OP, STAGE_PARENT_DIED, COp, Compiled, submount_list, pack, parent_mode)
 from .native_translate import translate
-from ..trace import clock, debug_logger, ms
+from ...trace import clock, debug_logger, ms
 
 
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
@@ -180,7 +181,7 @@ def _placing(procs_files, on_start):
         return on_start
 
     def place(pid: int) -> None:
-        from ..cgroup import place_pid
+        from ...cgroup import place_pid
         place_pid(procs_files, pid)
         if on_start is not None:
             on_start(pid)
@@ -325,6 +326,6 @@ class NativeBackend:
         Raises:
             Nothing: a missing module is reported as native_module_missing.
         """
-        from ..probe.native import probe_native
+        from .probe import probe_native
         return probe_native(policy)
 

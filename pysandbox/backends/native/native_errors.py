@@ -10,12 +10,12 @@ from __future__ import annotations
 import errno as E
 import os
 
-from ..errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
+from ...errors import (CapabilityUnavailable, NetworkNamespaceUnavailable, Reason, SetupError,
                       UserNamespaceUnavailable, error_for)
-from . import tail
-from ._native_lib import load_module
-from .monitor import start_error as monitor_error
-from .native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
+from .. import tail
+from .._native_lib import load_module
+from ..monitor import start_error as monitor_error
+from ..native_ops import (CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, STAGE_CLONE, STAGE_EXEC, STAGE_FDS, STAGE_OP,
                          STAGE_MONITOR, STAGE_PARENT_DIED, STAGE_PTY, Compiled)
 
 
@@ -62,7 +62,7 @@ def namespace_error(namespaces, err: int, probe=None):
                 if not mappable:
                     hint = ("a user namespace can be created but the caller's ids cannot be mapped in it "
                             "(e.g. uid 0 without CAP_SETFCAP, inside another sandbox)")
-                from ..probe.host import nested_hint   # here: the probe package stays out of a launch
+                from ...probe.host import nested_hint   # here: the probe package stays out of a launch
                 hint = nested_hint("userns" if mappable else "userns-map") or hint
             return cls(f"clone: {os.strerror(err)}: {hint}", reason, errno=err)
         if culprit is not None:
@@ -117,7 +117,7 @@ def setup_error(compiled: Compiled, stage: int, index: int, err: int, launch_exe
                               f"native op {index} {op.kind})", Reason.SYMLINK_IN_PATH, stage=op.stage,
                               op=op.plan_index, errno=err, filename=op.filename)
         if op.reason is Reason.PROC_MOUNT_FAILED and err == E.EPERM:
-            from ..probe.host import nested_hint
+            from ...probe.host import nested_hint
             hint += "; " + (nested_hint("proc") or "the host or an outer sandbox refuses a new procfs here")
         message = (f"{op.stage}{where}: {os.strerror(err)}{hint} "
                    f"(plan step {op.plan_index}, native op {index} {op.kind})")

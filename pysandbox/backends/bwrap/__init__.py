@@ -60,7 +60,7 @@ Exit status: a command killed by signal N is returncode -N, as on the native bac
 
 Here: :class:`BwrapBackend` (info, check, spawn, status). The argv renderer is
 ``bwrap_render.py``, our init's launcher side ``bwrap_init.py``, starting bwrap and
-the sandbox's lifetime ``bwrap_launch.py``, the probes ``pysandbox/probe/bwrap.py``.
+the sandbox's lifetime ``bwrap_launch.py``, the probes ``probe.py`` (this package's).
 """
 
 from __future__ import annotations
@@ -70,14 +70,14 @@ import re
 import subprocess
 import threading
 
-from .. import plan as P
-from .. import view
-from ..trace import clock, debug_logger, ms
-from ..errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Reason, SandboxError, SetupError
-from ..probe import BwrapInfo, backend_down, bwrap_info, check_setuid, find_bwrap, setuid_allowed
-from ..probe.bwrap import capabilities, probe_plan
-from . import monitor
-from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
+from ... import plan as P
+from ... import view
+from ...trace import clock, debug_logger, ms
+from ...errors import BackendUnavailable, BwrapProbeFailed, LimitUnavailable, Reason, SandboxError, SetupError
+from ...probe import BwrapInfo, bwrap_info, check_setuid, find_bwrap, setuid_allowed
+from .probe import capabilities, probe_plan
+from .. import monitor
+from ..base import BackendStatus, CapabilityStatus, Launch, backend_down, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
                          init_unreachable, read_words)
 from .bwrap_launch import (INFO_TIMEOUT, BwrapChild, end_bwrap, pdeathsig_preexec, pid1_fd, read_info, spawner,
@@ -427,7 +427,7 @@ class BwrapBackend:
                                 # as_pid_1: the command is pid 1 and may clear its own
                                 # PR_SET_PDEATHSIG; the launcher's lifetime monitor ends it
                                 # with the launcher (backends/monitor.py), or why not; only
-                                # where it means something (probe/native.py: the same rule)
+                                # where it means something (backends/native/probe.py: the same rule)
                                 **({"as_pid_1_lifetime": monitor.lifetime()}
                                    if policy.as_pid_1 or monitor.unavailable() is not None else {})})
         with self._lock:

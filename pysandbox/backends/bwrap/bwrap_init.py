@@ -19,11 +19,11 @@ import select
 import stat
 import time
 
-from .. import plan as P
-from ..errors import BackendUnavailable, Reason, SetupError
-from ..memfd import ProgramUnavailable, program_fd
-from ..policy import CAPABILITIES
-from . import landlock, tail
+from ... import plan as P
+from ...errors import BackendUnavailable, Reason, SetupError
+from ...memfd import ProgramUnavailable, program_fd
+from ...checks import CAPABILITIES
+from .. import landlock, tail
 from .bwrap_render import init_mode, join_path, proc_in_sandbox
 
 

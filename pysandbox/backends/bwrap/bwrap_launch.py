@@ -17,8 +17,8 @@ import select
 import signal
 import threading
 import time
-from ..records import dataclass
-from .monitor import Monitor
+from ...records import dataclass
+from ..monitor import Monitor
 
 
 @dataclass

@@ -9,19 +9,19 @@
   and :func:`classify` (that line mapped to a reason code).
 
 Locating bwrap, its setuid check and ``--help`` parsing are in ``pysandbox.probe``;
-the caching per plan and per policy is the backend's (``backends/bwrap.py``).
+the caching per plan and per policy is the backend's (this package's ``__init__``).
 """
 
 from __future__ import annotations
 
 import os
 
-from ..backends.base import CapabilityStatus
-from ..backends.bwrap_render import DataFds, caller_fds, check_expressible, flatten, nul_joined, options_used, render
-from ..errors import BwrapOptionUnsupported, Reason, error_for
-from ..execpath import DEFAULT_PATH
-from . import BwrapInfo, ProbeResult, run_probe
-from .host import nested_hint
+from ..base import CapabilityStatus
+from .bwrap_render import DataFds, caller_fds, check_expressible, flatten, nul_joined, options_used, render
+from ...errors import BwrapOptionUnsupported, Reason, error_for
+from ...execpath import DEFAULT_PATH
+from ...probe import BwrapInfo, ProbeResult, run_probe
+from ...probe.host import nested_hint
 
 PROBE_PATH = DEFAULT_PATH   # a probe runs with execvp's default PATH, nothing of the caller's
 

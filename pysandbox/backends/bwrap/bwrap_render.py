@@ -12,15 +12,15 @@
 Rendering reads the plan and two host facts, asked through a :class:`HostView` (the
 real host unless the caller passes another); it starts nothing. Launching is in
 ``bwrap_launch.py``, our init in ``bwrap_init.py``, the probes in
-``pysandbox/probe/bwrap.py``; docs/ARCHITECTURE.md has the whole map.
+``probe.py`` of this package; docs/ARCHITECTURE.md has the whole map.
 """
 
 from __future__ import annotations
 
 import os
 
-from .. import plan as P
-from ..errors import BwrapOptionUnsupported, PolicyError, Reason
+from ... import plan as P
+from ...errors import BwrapOptionUnsupported, PolicyError, Reason
 
 _NAMESPACE_OPTIONS = (("user", "--unshare-user"), ("pid", "--unshare-pid"), ("ipc", "--unshare-ipc"),
                       ("uts", "--unshare-uts"), ("cgroup", "--unshare-cgroup"), ("net", "--unshare-net"))
@@ -136,7 +136,7 @@ def _repeated_symlink(op, done) -> bool:
     made or mounted there since (the native executor and bwrap >= 0.9 accept it again)."""
     if not isinstance(op, P.MakeSymlink):
         return False
-    from .. import view
+    from ... import view
     for prev in reversed(done):
         if getattr(prev, "dest", None) == op.dest:
             return isinstance(prev, P.MakeSymlink) and prev.target == op.target

@@ -2,6 +2,7 @@
 here, each tried in a throwaway child (``psb_probe``), and which pid-1 init a launch
 would run. :class:`Needs` is what a launch asks of it (read from a Plan, or from a
 Policy without compiling it); :func:`probe_native` is ``NativeBackend.status``.
+The native backend's own probe (``pysandbox/probe`` holds the host facts both share).
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..backends.base import BackendStatus, CapabilityStatus
-from ..backends._native_lib import load_module, has_mount_setattr, init_fd
-from ..backends.monitor import lifetime, unavailable
-from ..backends.native_ops import CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC
-from ..errors import NativeModuleMissing, Reason
+from ..base import BackendStatus, CapabilityStatus
+from .._native_lib import load_module, has_mount_setattr, init_fd
+from ..monitor import lifetime, unavailable
+from ..native_ops import CLONE_FLAGS, PROBE_CLONE, PROBE_IDMAP, PROBE_LOOPBACK, PROBE_PROC
+from ... import plan as P
+from ...errors import NativeModuleMissing, Reason
+from ...fs_ops import plan_kind
 
 
 @dataclass(frozen=True)
@@ -27,22 +30,23 @@ class Needs:
 
     @classmethod
     def of(cls, subject=None) -> "Needs":
-        """From a Plan, or a Policy (default ``Policy.default()``) as it would compile."""
-        from .. import plan as P
-        from ..policy import Policy, Proc
+        """From a Plan, or a Policy as it would compile (read through the one table of
+        ``pysandbox/fs_ops.py``, never compiled nor imported here); None: ``Needs()``,
+        which is what ``Policy.default()`` needs (tests/unit/test_fs_ops.py)."""
+        if subject is None:
+            return cls()
         if isinstance(subject, P.Plan):
             return cls(pid="pid" in subject.namespaces, proc=subject.first(P.MountProc) is not None,
                        net="net" in subject.namespaces, as_pid_1=subject.as_pid_1)
-        policy = subject if subject is not None else Policy.default()
-        return cls(pid="pid" in policy.namespaces, proc=any(isinstance(op, Proc) for op in policy.fs),
-                   net=policy.network.new_namespace, as_pid_1=policy.as_pid_1)
+        return cls(pid="pid" in subject.namespaces, proc=any(plan_kind(op) is P.MountProc for op in subject.fs),
+                   net=subject.network.new_namespace, as_pid_1=subject.as_pid_1)
 
 
 def probe_native(subject=None) -> BackendStatus:
     """Native capabilities, one by one: user, mount, pid, net namespaces, a /proc mount
     in a new pid namespace, loopback up in a new network namespace; available when
     what ``subject`` needs works (:class:`Needs`, or a Plan or Policy read into one;
-    default: ``Policy.default()``'s).
+    default: ``Needs()``, ``Policy.default()``'s).
 
     Raises:
         Nothing: problems are reported in the returned status.

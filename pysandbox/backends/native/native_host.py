@@ -13,8 +13,8 @@ import os
 import stat
 from collections.abc import Callable
 
-from ..policy import CAPABILITIES
-from ..records import dataclass
+from ...checks import CAPABILITIES
+from ...records import dataclass
 
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 

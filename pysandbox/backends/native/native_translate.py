@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import os
 
-from .. import plan as P
-from .. import view as _view
-from ..errors import Reason, SetupError
-from ..policy import CAPABILITIES
-from ..records import replace
-from . import landlock, tail
+from ... import plan as P
+from ... import view as _view
+from ...errors import Reason, SetupError
+from ...checks import CAPABILITIES
+from ...records import replace
+from .. import landlock, tail
 from .native_host import HostView
-from .native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE,
+from ..native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE,
                          F_LIFELINE, F_MODE, F_NO_AMBIENT, F_NO_RAISE, F_NOFOLLOW, F_OPTIONAL, F_RO, F_USERNS_FDS, MS_NODEV,
                          MS_NOEXEC, MS_NOSUID, PROC_RO, COp, under_root, submount_list, parent_mode)
 
