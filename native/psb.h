@@ -17,7 +17,7 @@
 /* The layout version of everything below: bump it with any change to a struct, an
  * enum or a flag. pysandbox/backends/_native_lib.py refuses a module whose stamp
  * differs from its own (a module built from an older psb.h: rebuild it). */
-#define PSB_ABI_VERSION 7
+#define PSB_ABI_VERSION 8
 
 /* One op of the flat array the child walks. Strings are offsets into the plan's
  * string table (-1: none); numbers are in n, m, mode. The meaning of each field
@@ -73,6 +73,13 @@ enum psb_op_kind {
                                  127.0.0.1:n (and [::1]:n where the namespace has IPv6),
                                  send the listener(s) over the launch's proxy_fd (SCM_RIGHTS)
                                  and close them and proxy_fd (native/psb_tail.h psb_tail_listen) */
+    /* The bwrap init's own kinds (native/psb_bwrap_init.c; the native child refuses them,
+     * EINVAL): what bwrap already did to the mounts is checked and finished in place. */
+    PSB_OP_MOUNT_PRIVATE,     /* a mount namespace of our user namespace, the tree MS_REC|MS_PRIVATE */
+    PSB_OP_RO_COVER,          /* b=path: bind it on itself read-only (nosuid nodev noexec);
+                                 absent or already read-only: nothing to do (a procfs cover) */
+    PSB_OP_BIND_CHECK,        /* b=path n=st_dev m=st_ino: fail closed (ELOOP) unless lstat(b) is
+                                 that inode (the source the launcher validated) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */
@@ -119,6 +126,23 @@ struct psb_op {
     int flags;
     int a, b, c, d;
     long n, m, mode;
+};
+
+/* The head of the bwrap init's plan memfd (native/psb_bwrap_init.c): then nops struct
+ * psb_op, then strtab_len bytes of string table (pysandbox/backends/bwrap_tail.py packs it). */
+#define PSB_TAIL_MAGIC 0x54425350u   /* "PSBT" */
+struct psb_tail_hdr {
+    unsigned int magic;
+    unsigned int abi;         /* PSB_ABI_VERSION */
+    int nops;
+    int strtab_len;
+    int exec_mode;            /* 1: no fork, the command is exec'd in the init's process */
+    int gate_fd;              /* as launch monitor, or -1 (psb_tail_gate) */
+    int pty_fd;               /* as psb_launch pty_fd, pty_stdio, pty_winsize */
+    int pty_stdio;
+    unsigned long pty_winsize;
+    int proxy_fd;             /* as psb_launch proxy_fd, notify_fd */
+    int notify_fd;
 };
 
 struct psb_plan {

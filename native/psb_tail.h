@@ -15,6 +15,7 @@
  *   psb_tail_listen    network proxy mode: the listener(s), handed over
  *   psb_tail_gate      the launcher's go (its lifetime monitor exists)
  *   psb_tail_exec      the exec candidates Python computed, tried as execvp
+ *   psb_tail_op        one op of the op array that is one of the steps above
  *
  * Every step returns 0 (or a descriptor) or -errno, and a failure is reported by the
  * caller as the same record on every path: {stage, op index, errno}, where for the tail
@@ -30,6 +31,7 @@
 #define PSB_TAIL_H
 
 #include "psb_sys.h"
+#include "psb.h"
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/prctl.h>
@@ -359,6 +361,32 @@ static long __attribute__((unused)) psb_tail_exec(const char *cand, long ncand, 
         cand++;
     }
     return seen_eacces ? -PSB_TAIL_EACCES : -PSB_TAIL_ENOENT;
+}
+
+/* One op of the tail, as every executor of the op array runs it: the native child
+ * (native/psb_child.c) and the bwrap init (native/psb_bwrap_init.c). ``strtab``: the
+ * array's string table; ``proxy_fd``, ``notify_fd``: the launch's sockets for LISTEN and
+ * a notifying SECCOMP. Returns 0 or -errno; -EINVAL for a kind that is not a tail step. */
+static long __attribute__((unused)) psb_tail_op(const struct psb_op *op, const char *strtab, long proxy_fd,
+                                                long notify_fd)
+{
+    switch (op->kind) {
+    case PSB_OP_LISTEN:
+        return psb_tail_listen(proxy_fd, op->n);
+    case PSB_OP_CAPS:
+        return psb_tail_caps((unsigned long long)op->n, op->m, (op->flags & PSB_F_NO_RAISE) != 0,
+                             (op->flags & PSB_F_NO_AMBIENT) != 0);
+    case PSB_OP_NNP:
+        return psb_tail_nnp();
+    case PSB_OP_LANDLOCK:
+        return psb_landlock_self(op->n);
+    case PSB_OP_SECCOMP:
+        if (op->a < 0)
+            return -PSB_TAIL_EINVAL;
+        return op->m == 1 ? psb_tail_seccomp_notify(strtab + op->a, (unsigned long)op->n / 8, notify_fd)
+                          : psb_tail_seccomp(strtab + op->a, (unsigned long)op->n / 8);
+    }
+    return -PSB_TAIL_EINVAL;
 }
 
 #endif

@@ -17,7 +17,7 @@ import threading
 
 from ..errors import NativeModuleMissing, Reason
 
-ABI_VERSION = 7   # native/psb.h PSB_ABI_VERSION
+ABI_VERSION = 8   # native/psb.h PSB_ABI_VERSION
 NO_EXEC_INIT_ENV = "PYSANDBOX_NATIVE_NO_EXEC_INIT"
 
 # The op kinds, flags and stages Python emits (native_ops.py), checked against the module.

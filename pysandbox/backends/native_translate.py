@@ -24,10 +24,12 @@ from .native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURREN
                          MS_NOEXEC, MS_NOSUID, PROC_RO, COp, under_root, submount_list, parent_mode)
 
 
-def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
+def translate(plan: P.Plan, host: HostView | None = None, only: tuple = (), **facts) -> list[COp]:
     """The C ops for ``plan``. Pure: every host fact comes from ``host`` (a
     :class:`HostView`; ``facts`` override its fields: base, last_cap, fallback,
-    mountpoints, dev_nodes, is_dir).
+    mountpoints, dev_nodes, is_dir). ``only``: emit the ops of these plan op types
+    alone (with INIT, its Landlock domain and the rlimits: the setup tail the bwrap
+    backend's init runs, pysandbox/backends/bwrap_tail.py).
 
     Raises:
         SetupError: a plan op without an emitter (never for a compiled plan).
@@ -43,6 +45,8 @@ def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
             cx.add("INIT", stage="init", plan_index=i)
             cx.init_done = True
             _landlock(cx, i)
+        if only and not isinstance(op, only):
+            continue
         emit = _EMIT.get(type(op))
         if emit is None:  # pragma: no cover - plan.compile only emits the ops in _EMIT
             raise SetupError(f"the native backend has no op for {op!r}", Reason.SETUP_FAILED, stage="translate")

@@ -1,0 +1,125 @@
+"""The bwrap backend's init speaks the Plan: the setup tail it runs is the native
+executor's op array (:func:`tail_ops`: :func:`~.native_translate.translate`'s ops for the
+tail steps, after the init's own checks of what bwrap mounted), packed into a sealed
+memfd (:func:`plan_memfd`; native/psb_bwrap_init.c reads and validates it), and its
+failure record ``{stage, op index, errno}`` reads as the native backend's own
+(:func:`failure`, by :func:`~.native_errors.setup_error`): a tail failure names the same
+plan step on both backends.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+
+from .. import plan as P
+from ..errors import BackendUnavailable, Reason, SetupError
+from . import landlock
+from .bwrap_render import join_path
+from .native_errors import setup_error
+from .native_host import HostView, cap_last_cap
+from .native_ops import OP, COp, Compiled, pack
+from .native_translate import translate
+
+# The plan op types whose native ops the init runs, and the op kinds it accepts of them.
+TAIL_TYPES = (P.ProxyListener, P.DropCapabilities, P.NoNewPrivs, P.Seccomp)
+TAIL_KINDS = ("LISTEN", "CAPS", "NNP", "INIT", "LANDLOCK", "SECCOMP", "RLIMIT")
+
+# native/psb.h: struct psb_tail_hdr and struct psb_op (x86_64; tests/unit/test_bwrap_tail.py
+# checks both sizes against the compiled module).
+HEADER = struct.Struct("<IIiiiiiiQii")
+OP_RECORD = struct.Struct("<6i3q")
+MAGIC = 0x54425350   # PSB_TAIL_MAGIC, "PSBT"
+SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def _host():
+    return HostView(last_cap=cap_last_cap(), landlock_abi=landlock.abi())
+
+
+def proc_covers(plan: P.Plan) -> list[tuple[int, str]]:
+    """``(plan index, path)`` of every ``plan.PROC_READONLY`` entry under each proc mount
+    that no later mount covers: the init binds each read-only (RO_COVER)."""
+    ops = plan.mount_ops
+    at = {id(op): i for i, op in enumerate(plan.ops)}
+    return [(at[id(op)], join_path(op.dest, name)) for i, op in enumerate(ops)
+            if isinstance(op, P.MountProc) and not P.shadowed(i, ops) for name in P.PROC_READONLY]
+
+
+def _bind_index(plan: P.Plan, dest: str) -> int | None:
+    return next((i for i in range(len(plan.ops) - 1, -1, -1)
+                 if isinstance(plan.ops[i], P.BindMount) and plan.ops[i].dest == dest), None)
+
+
+def tail_ops(plan: P.Plan, binds, host=None) -> list[COp]:
+    """The op array our init runs for ``plan``: the proxy listener first (before anything
+    of the command exists), then its own mount namespace (MOUNT_PRIVATE), the procfs
+    covers (RO_COVER), the bind checks (BIND_CHECK: ``binds`` from
+    bwrap_init.bind_identities), then the tail as the native executor runs it (CAPS, NNP,
+    INIT, LANDLOCK, SECCOMP, RLIMIT). Every op names its plan step."""
+    tail = [op for op in translate(plan, host or _host(), only=TAIL_TYPES) if op.kind in TAIL_KINDS]
+    first = [op for op in tail if op.kind == "LISTEN"]
+    pivot = plan.first(P.PivotRoot)
+    own = [COp("MOUNT_PRIVATE", stage="mount namespace", plan_index=plan.ops.index(pivot) if pivot else 0)]
+    own += [COp("RO_COVER", b=path, stage="proc", plan_index=i, filename=path) for i, path in proc_covers(plan)]
+    own += [COp("BIND_CHECK", b=dest, n=dev, m=ino, stage="bind", plan_index=_bind_index(plan, dest),
+                reason=Reason.BIND_SOURCE_CHANGED, filename=dest) for dest, dev, ino in binds]
+    return first + own + [op for op in tail if op.kind != "LISTEN"]
+
+
+def pack_plan(plan: P.Plan, ops: list[COp], *, exec_mode: bool, gate: int | None = None,
+              pty: tuple[int, int, int] | None = None, proxy_socket: int | None = None,
+              notify_socket: int | None = None) -> tuple[bytes, Compiled]:
+    """The memfd's bytes (native/psb.h struct psb_tail_hdr, the ops, the string table)
+    and the :class:`Compiled` that reads its failures.
+
+    Raises:
+        SetupError: network proxy mode without the launcher's proxy socket.
+        BackendUnavailable (bwrap_init_unavailable): report_denials without the
+            launcher's notification socket.
+    """
+    if any(op.kind == "LISTEN" for op in ops) and proxy_socket is None:
+        raise SetupError("network proxy mode needs the launcher's proxy socket", Reason.SETUP_FAILED,
+                         stage="proxy listener")
+    if any(op.kind == "SECCOMP" and op.m == 1 for op in ops) and notify_socket is None:
+        raise BackendUnavailable("report_denials on the bwrap backend needs the launcher's notification socket",
+                                 Reason.BWRAP_INIT_UNAVAILABLE)
+    compiled = pack(plan, ops)
+    pty_fd, pty_stdio, winsize = pty if pty is not None else (-1, 0, 0)
+    out = [HEADER.pack(MAGIC, _abi(), len(ops), len(compiled.strtab), int(exec_mode),
+                       -1 if gate is None else gate, pty_fd, pty_stdio, winsize,
+                       -1 if proxy_socket is None else proxy_socket, -1 if notify_socket is None else notify_socket)]
+    for op, (a, b, c, d) in zip(ops, compiled.offsets):
+        out.append(OP_RECORD.pack(OP[op.kind], op.flags, a, b, c, d, op.n, op.m, op.mode))
+    out.append(compiled.strtab)
+    return b"".join(out), compiled
+
+
+def _abi() -> int:
+    from ._native_lib import ABI_VERSION
+    return ABI_VERSION
+
+
+def plan_memfd(data: bytes) -> int:
+    """A memfd holding ``data``, sealed against any change (write, shrink, grow, new
+    seals) before anyone else can see it; close-on-exec (the launcher passes it to bwrap,
+    whose init closes it before the command exists)."""
+    fd = os.memfd_create("psb-tail-plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def failure(compiled: Compiled, plan: P.Plan, stage: int, index: int, err: int, exe: str) -> Exception:
+    """The typed error for our init's failure record, as the native backend reads its own
+    (``index``: the op in the memfd's array, -1 for none)."""
+    if index >= 0x80000000:
+        index -= 1 << 32
+    return setup_error(compiled, stage, index, err, exe, plan.namespaces)
