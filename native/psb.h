@@ -130,7 +130,7 @@ struct psb_op {
 
 /* The head of the bwrap init's plan memfd (native/psb_bwrap_init.c): then nops struct
  * psb_op, then strtab_len bytes of string table (pysandbox/backends/bwrap_tail.py packs it). */
-#define PSB_TAIL_MAGIC 0x54425350u   /* "PSBT" */
+#define PSB_PLAN_MAGIC 0x54425350u   /* "PSBT" */
 struct psb_tail_hdr {
     unsigned int magic;
     unsigned int abi;         /* PSB_ABI_VERSION */

@@ -184,7 +184,7 @@ static void load_plan(long fd)
         got += r;
     sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
     hdr = (const struct psb_tail_hdr *)planbuf;
-    if (got < (long)sizeof *hdr || got >= PLAN_MAX || hdr->magic != PSB_TAIL_MAGIC || hdr->abi != PSB_ABI_VERSION ||
+    if (got < (long)sizeof *hdr || got >= PLAN_MAX || hdr->magic != PSB_PLAN_MAGIC || hdr->abi != PSB_ABI_VERSION ||
         hdr->nops < 0 || hdr->nops > MAX_OPS || hdr->strtab_len <= 0 ||
         got != (long)sizeof *hdr + (long)hdr->nops * (long)sizeof(struct psb_op) + hdr->strtab_len)
         fail(PSB_STAGE_PIPE, -1, EINVAL);

@@ -30,7 +30,7 @@ TAIL_KINDS = ("LISTEN", "CAPS", "NNP", "INIT", "LANDLOCK", "SECCOMP", "RLIMIT")
 # checks both sizes against the compiled module).
 HEADER = struct.Struct("<IIiiiiiiQii")
 OP_RECORD = struct.Struct("<6i3q")
-MAGIC = 0x54425350   # PSB_TAIL_MAGIC, "PSBT"
+MAGIC = 0x54425350   # PSB_PLAN_MAGIC, "PSBT"
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
