@@ -14,7 +14,7 @@
  * the table and NUL-terminated, each seccomp program's bounds), then closed: nothing
  * after this init holds it. The kinds allowed: the tail's (LISTEN CAPS NNP INIT
  * LANDLOCK SECCOMP RLIMIT, each run by native/psb_tail.h psb_tail_op as the native
- * child runs it) and this init's own (MOUNT_PRIVATE RO_COVER BIND_CHECK, native/psb.h).
+ * child runs it, MOUNT_PRIVATE and RO_COVER included) and this init's own BIND_CHECK.
  *
  * The ops run in order in this process up to INIT, which forks the command's process;
  * the ops after INIT run in it (without INIT, exec mode: as_pid_1 or no pid namespace,
@@ -51,31 +51,14 @@ PSB_START(psb_binit_main);
 #define NR_POLL __NR_poll
 #define NR_RT_SIGPROCMASK __NR_rt_sigprocmask
 #define NR_FORK __NR_fork
-#define NR_EXECVE __NR_execve
 #define NR_EXIT __NR_exit
 #define NR_WAIT4 __NR_wait4
 #define NR_FCNTL __NR_fcntl
-#define NR_CAPGET __NR_capget
-#define NR_CAPSET __NR_capset
 #define NR_PRCTL __NR_prctl
-#define NR_MOUNT __NR_mount
-#define NR_EXIT_GROUP __NR_exit_group
 #define NR_NEWFSTATAT __NR_newfstatat
-#define NR_STATFS __NR_statfs
 #define NR_PIPE2 __NR_pipe2
-#define NR_UNSHARE __NR_unshare
-#define NR_IOCTL __NR_ioctl
 #define NR_DUP2 __NR_dup2
 #define NR_GETPID __NR_getpid
-#define NR_SENDMSG __NR_sendmsg
-#define NR_SETSID __NR_setsid
-#define NR_GETSID __NR_getsid
-#define NR_OPENAT __NR_openat
-#define NR_PRLIMIT64 __NR_prlimit64
-#define NR_SOCKET __NR_socket
-#define NR_BIND __NR_bind
-#define NR_LISTEN __NR_listen
-#define NR_SETSOCKOPT __NR_setsockopt
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -89,15 +72,6 @@ PSB_START(psb_binit_main);
 #define SIGTERM 15
 #define SIGCHLD 17
 #define SIGIO 29
-#define MS_RDONLY 1
-#define MS_NOSUID 2
-#define MS_NODEV 4
-#define MS_NOEXEC 8
-#define MS_REMOUNT 32
-#define MS_BIND 4096
-#define MS_REC 16384
-#define MS_PRIVATE (1 << 18)
-#define CLONE_NEWNS 0x00020000
 #define AT_SYMLINK_NOFOLLOW 0x100
 #define AT_FDCWD -100
 #define F_SETFD 2
@@ -110,7 +84,6 @@ PSB_START(psb_binit_main);
 #define POLLOUT 4
 #define POLLERR 8
 #define POLLHUP 16
-#define ENOENT 2
 #define EACCES 13
 #define EINVAL 22
 #define EPERM 1
@@ -225,24 +198,6 @@ static void load_plan(long fd)
     }
 }
 
-/* RO_COVER: bind the path on itself read-only; absent, or already read-only (bwrap 0.8
- * covers sys, sysrq-trigger, irq and bus itself where its setup could write them): one
- * mount, as the native backend. x86_64 struct statfs: f_flags is the eleventh long;
- * ST_RDONLY is 1. Returns 0 or -errno. */
-static long ro_cover(const char *p)
-{
-    struct kstat st;
-    long sfs[15];
-    long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
-    if (r == -ENOENT || (r == 0 && sys6(NR_STATFS, (long)p, (long)sfs, 0, 0, 0, 0) == 0 && (sfs[10] & 1)))
-        return 0;
-    if (r == 0)
-        r = sys6(NR_MOUNT, (long)p, (long)p, 0, MS_BIND | MS_REC, 0, 0);
-    if (r == 0)
-        r = sys6(NR_MOUNT, 0, (long)p, 0, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, 0, 0);
-    return r;
-}
-
 /* BIND_CHECK: EACCES is a parent bwrap made (0700, owned by the setup's uid) that keeps
  * this uid out; the command, with this uid and no capabilities, cannot reach the bind
  * either, so whatever is bound there is out of its reach too. */
@@ -261,16 +216,10 @@ static long bind_check(const struct psb_op *op)
 static long run_op(int i)
 {
     const struct psb_op *op = &ops[i];
-    long r;
+    /* MOUNT_PRIVATE (native/psb_tail.h): our user namespace's own mount namespace (bwrap
+     * may have entered a second one, with --disable-userns or for devpts, that does not
+     * own its mount namespace): its copies of bwrap's mounts are locked to the command. */
     switch (op->kind) {
-    case PSB_OP_MOUNT_PRIVATE:
-        /* Our user namespace's own mount namespace (bwrap may have entered a second one,
-         * with --disable-userns or for devpts, that does not own its mount namespace):
-         * its copies of bwrap's mounts are locked to the command. */
-        r = sys6(NR_UNSHARE, CLONE_NEWNS, 0, 0, 0, 0, 0);
-        return r < 0 ? r : sys6(NR_MOUNT, 0, (long)"/", 0, MS_REC | MS_PRIVATE, 0, 0);
-    case PSB_OP_RO_COVER:
-        return ro_cover(strtab + op->b);
     case PSB_OP_BIND_CHECK:
         return bind_check(op);
     case PSB_OP_RLIMIT:

@@ -263,7 +263,9 @@ static void psb_child_main(struct psb_child *c, int start)
         case PSB_OP_CAPS:
         case PSB_OP_NNP:
         case PSB_OP_SECCOMP:
-        case PSB_OP_LANDLOCK:   /* the setup tail: one executor (native/psb_tail.h) */
+        case PSB_OP_LANDLOCK:
+        case PSB_OP_MOUNT_PRIVATE:
+        case PSB_OP_RO_COVER:   /* the setup tail: one executor (native/psb_tail.h) */
             r = tail(psb_tail_op(op, plan->strtab, c->launch->proxy_fd, c->launch->notify_fd));
             break;
         case PSB_OP_HOSTNAME:

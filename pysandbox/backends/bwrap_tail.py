@@ -1,6 +1,6 @@
 """The bwrap backend's init speaks the Plan: the setup tail it runs is the native
 executor's op array (:func:`tail_ops`: :func:`~.native_translate.translate`'s ops for the
-tail steps, after the init's own checks of what bwrap mounted), packed into a sealed
+tail steps, with the init's own checks of the binds bwrap made), packed into a sealed
 memfd (:func:`plan_memfd`; native/psb_bwrap_init.c reads and validates it), and its
 failure record ``{stage, op index, errno}`` reads as the native backend's own
 (:func:`failure`, by :func:`~.native_errors.setup_error`): a tail failure names the same
@@ -16,7 +16,6 @@ import struct
 from .. import plan as P
 from ..errors import BackendUnavailable, Reason, SetupError
 from . import landlock
-from .bwrap_render import join_path
 from .native_errors import setup_error
 from .native_host import HostView, cap_last_cap
 from .native_ops import OP, COp, Compiled, pack
@@ -24,7 +23,7 @@ from .native_translate import translate
 
 # The plan op types whose native ops the init runs, and the op kinds it accepts of them.
 TAIL_TYPES = (P.ProxyListener, P.DropCapabilities, P.NoNewPrivs, P.Seccomp)
-TAIL_KINDS = ("LISTEN", "CAPS", "NNP", "INIT", "LANDLOCK", "SECCOMP", "RLIMIT")
+TAIL_KINDS = ("LISTEN", "MOUNT_PRIVATE", "RO_COVER", "CAPS", "NNP", "INIT", "LANDLOCK", "SECCOMP", "RLIMIT")
 
 # native/psb.h: struct psb_tail_hdr and struct psb_op (x86_64; tests/unit/test_bwrap_tail.py
 # checks both sizes against the compiled module).
@@ -38,34 +37,22 @@ def _host():
     return HostView(last_cap=cap_last_cap(), landlock_abi=landlock.abi())
 
 
-def proc_covers(plan: P.Plan) -> list[tuple[int, str]]:
-    """``(plan index, path)`` of every ``plan.PROC_READONLY`` entry under each proc mount
-    that no later mount covers: the init binds each read-only (RO_COVER)."""
-    ops = plan.mount_ops
-    at = {id(op): i for i, op in enumerate(plan.ops)}
-    return [(at[id(op)], join_path(op.dest, name)) for i, op in enumerate(ops)
-            if isinstance(op, P.MountProc) and not P.shadowed(i, ops) for name in P.PROC_READONLY]
-
-
 def _bind_index(plan: P.Plan, dest: str) -> int | None:
     return next((i for i in range(len(plan.ops) - 1, -1, -1)
                  if isinstance(plan.ops[i], P.BindMount) and plan.ops[i].dest == dest), None)
 
 
 def tail_ops(plan: P.Plan, binds, host=None) -> list[COp]:
-    """The op array our init runs for ``plan``: the proxy listener first (before anything
-    of the command exists), then its own mount namespace (MOUNT_PRIVATE), the procfs
-    covers (RO_COVER), the bind checks (BIND_CHECK: ``binds`` from
-    bwrap_init.bind_identities), then the tail as the native executor runs it (CAPS, NNP,
-    INIT, LANDLOCK, SECCOMP, RLIMIT). Every op names its plan step."""
+    """The op array our init runs for ``plan``: the native executor's own ops for the
+    tail (LISTEN, before anything of the command exists; MOUNT_PRIVATE and the procfs
+    covers, RO_COVER; CAPS, NNP, INIT, LANDLOCK, SECCOMP, RLIMIT), with the init's bind
+    checks (BIND_CHECK: ``binds`` from bwrap_init.bind_identities) right before CAPS.
+    Every op names its plan step."""
     tail = [op for op in translate(plan, host or _host(), only=TAIL_TYPES) if op.kind in TAIL_KINDS]
-    first = [op for op in tail if op.kind == "LISTEN"]
-    pivot = plan.first(P.PivotRoot)
-    own = [COp("MOUNT_PRIVATE", stage="mount namespace", plan_index=plan.ops.index(pivot) if pivot else 0)]
-    own += [COp("RO_COVER", b=path, stage="proc", plan_index=i, filename=path) for i, path in proc_covers(plan)]
-    own += [COp("BIND_CHECK", b=dest, n=dev, m=ino, stage="bind", plan_index=_bind_index(plan, dest),
-                reason=Reason.BIND_SOURCE_CHANGED, filename=dest) for dest, dev, ino in binds]
-    return first + own + [op for op in tail if op.kind != "LISTEN"]
+    checks = [COp("BIND_CHECK", b=dest, n=dev, m=ino, stage="bind", plan_index=_bind_index(plan, dest),
+                  reason=Reason.BIND_SOURCE_CHANGED, filename=dest) for dest, dev, ino in binds]
+    at = next(k for k, op in enumerate(tail) if op.kind == "CAPS")
+    return tail[:at] + checks + tail[at:]
 
 
 def pack_plan(plan: P.Plan, ops: list[COp], *, exec_mode: bool, gate: int | None = None,
