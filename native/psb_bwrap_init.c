@@ -20,8 +20,7 @@
  * the ops after INIT run in it (without INIT, exec mode: as_pid_1 or no pid namespace,
  * the command is exec'd here). The launcher's gate (header gate_fd: one byte once its
  * lifetime monitor holds our pidfd, pysandbox/backends/monitor.py; EOF: exit 125, the
- * command never runs) is waited for before the first op of the command's side (INIT,
- * LANDLOCK, SECCOMP, RLIMIT). In the command's process, after the ops: the terminal
+ * command never runs) is waited for before the first op. In the command's process, after the ops: the terminal
  * (header pty_*: native/psb_tail.h psb_tail_pty, the slave on each stdio slot of the
  * mask), the signal mask restored, the RLIMIT ops applied (last: the setup is never
  * under them), exec.
@@ -228,19 +227,6 @@ static long run_op(int i)
     return psb_tail_op(op, strtab, hdr->proxy_fd, hdr->notify_fd);
 }
 
-static int command_side(int kind)
-{
-    return kind == PSB_OP_INIT || kind == PSB_OP_LANDLOCK || kind == PSB_OP_SECCOMP || kind == PSB_OP_RLIMIT;
-}
-
-static void gate(void)
-{
-    static int done;
-    if (!done && hdr->gate_fd >= 0 && psb_tail_gate(hdr->gate_fd) < 0)
-        quit(125);
-    done = 1;
-}
-
 /* The command's process, after its ops: terminal, signal mask, rlimits, exec. Returns
  * only on failure: its stage and errno, the op in *op. */
 static unsigned int finish(const unsigned long *oldset, char *exe, char **cargv, char **envp, long *err, long *op)
@@ -333,15 +319,15 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     if (hdr->gate_fd >= 0)
         sys6(NR_FCNTL, hdr->gate_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
 
+    /* The launcher's gate before any op: a failure of ours is then always reported on the
+     * status pipe to a launcher that holds our pidfd (never a gate it finds closed). */
+    if (hdr->gate_fd >= 0 && psb_tail_gate(hdr->gate_fd) < 0)
+        quit(125);
     long err, op;
     int i = 0;
-    for (; i < hdr->nops && ops[i].kind != PSB_OP_INIT; i++) {
-        if (command_side(ops[i].kind))
-            gate();
+    for (; i < hdr->nops && ops[i].kind != PSB_OP_INIT; i++)
         if ((err = -run_op(i)) > 0)
             fail(PSB_STAGE_OP, i, err);
-    }
-    gate();
     if (i == hdr->nops) {   /* exec mode: the command is exec'd here */
         unsigned int stage = finish(&oldset, exe, cargv, envp, &err, &op);
         fail(stage, op, err);
