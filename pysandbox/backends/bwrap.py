@@ -80,7 +80,7 @@ from . import monitor
 from .base import BackendStatus, CapabilityStatus, Launch, check_network_mode, pack_winsize
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_memfd, init_unreachable,
                          read_words)
-from .bwrap_tail import failure, pack_plan, plan_memfd, tail_ops
+from .bwrap_tail import failure, launch_plan, plan_memfd
 from .bwrap_launch import (INFO_TIMEOUT, BwrapChild, end_bwrap, pdeathsig_preexec, pid1_fd, read_info, spawner,
                            wait_for_exec)
 from .bwrap_render import DataFds, caller_fds, flatten, init_mode, nul_joined, render
@@ -228,9 +228,9 @@ class BwrapBackend:
             if init:
                 pty = None if launch.pty_socket is None else \
                     (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
-                blob, child_tail = pack_plan(plan, tail_ops(plan, binds), exec_mode=init == "exec",
-                                             gate=gate_r if watched else None, pty=pty,
-                                             proxy_socket=launch.proxy_socket, notify_socket=launch.notify_socket)
+                blob, child_tail = launch_plan(plan, binds, exec_mode=init == "exec",
+                                               gate=gate_r if watched else None, pty=pty,
+                                               proxy_socket=launch.proxy_socket, notify_socket=launch.notify_socket)
                 plan_fd = plan_memfd(blob)
                 command = init_command(plan, init_fd, status_w, plan_fd, command[0], list(launch.argv))
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}

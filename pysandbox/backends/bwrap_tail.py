@@ -33,8 +33,18 @@ MAGIC = 0x54425350   # PSB_PLAN_MAGIC, "PSBT"
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
-def _host():
-    return HostView(last_cap=cap_last_cap(), landlock_abi=landlock.abi())
+_HOSTS: dict[int, HostView] = {}   # by Landlock ABI (cap_last_cap is the kernel's, read once)
+# (plan, host, binds) -> (ops, Compiled, the op records): a plan's array is made once
+# (its translation costs more than the launch may; the binds' identities are stable).
+_cache: dict = {}
+
+
+def _host() -> HostView:
+    abi = landlock.abi()
+    host = _HOSTS.get(abi)
+    if host is None:
+        host = _HOSTS[abi] = HostView(last_cap=cap_last_cap(), landlock_abi=abi)
+    return host
 
 
 def _bind_index(plan: P.Plan, dest: str) -> int | None:
@@ -66,21 +76,45 @@ def pack_plan(plan: P.Plan, ops: list[COp], *, exec_mode: bool, gate: int | None
         BackendUnavailable (bwrap_init_unavailable): report_denials without the
             launcher's notification socket.
     """
+    return _pack(plan, ops, _body(plan, ops), exec_mode, gate, pty, proxy_socket, notify_socket)
+
+
+def _body(plan: P.Plan, ops: list[COp]) -> tuple[Compiled, bytes]:
+    compiled = pack(plan, ops)
+    records = b"".join(OP_RECORD.pack(OP[op.kind], op.flags, a, b, c, d, op.n, op.m, op.mode)
+                       for op, (a, b, c, d) in zip(ops, compiled.offsets))
+    return compiled, records + compiled.strtab
+
+
+def _pack(plan, ops, body, exec_mode, gate, pty, proxy_socket, notify_socket) -> tuple[bytes, Compiled]:
     if any(op.kind == "LISTEN" for op in ops) and proxy_socket is None:
         raise SetupError("network proxy mode needs the launcher's proxy socket", Reason.SETUP_FAILED,
                          stage="proxy listener")
     if any(op.kind == "SECCOMP" and op.m == 1 for op in ops) and notify_socket is None:
         raise BackendUnavailable("report_denials on the bwrap backend needs the launcher's notification socket",
                                  Reason.BWRAP_INIT_UNAVAILABLE)
-    compiled = pack(plan, ops)
+    compiled, rest = body
     pty_fd, pty_stdio, winsize = pty if pty is not None else (-1, 0, 0)
-    out = [HEADER.pack(MAGIC, _abi(), len(ops), len(compiled.strtab), int(exec_mode),
+    head = HEADER.pack(MAGIC, _abi(), len(ops), len(compiled.strtab), int(exec_mode),
                        -1 if gate is None else gate, pty_fd, pty_stdio, winsize,
-                       -1 if proxy_socket is None else proxy_socket, -1 if notify_socket is None else notify_socket)]
-    for op, (a, b, c, d) in zip(ops, compiled.offsets):
-        out.append(OP_RECORD.pack(OP[op.kind], op.flags, a, b, c, d, op.n, op.m, op.mode))
-    out.append(compiled.strtab)
-    return b"".join(out), compiled
+                       -1 if proxy_socket is None else proxy_socket, -1 if notify_socket is None else notify_socket)
+    return head + rest, compiled
+
+
+def launch_plan(plan: P.Plan, binds, *, exec_mode: bool, **fds) -> tuple[bytes, Compiled]:
+    """:func:`pack_plan` of :func:`tail_ops`, the array made once per plan (and binds);
+    ``fds``: as pack_plan's (gate, pty, proxy_socket, notify_socket)."""
+    host = _host()
+    key = (plan, host, tuple(binds))
+    got = _cache.get(key)
+    if got is None:
+        ops = tail_ops(plan, binds, host)
+        if len(_cache) >= 64:
+            _cache.clear()
+        _cache[key] = got = (ops, _body(plan, ops))
+    ops, body = got
+    return _pack(plan, ops, body, exec_mode, fds.get("gate"), fds.get("pty"), fds.get("proxy_socket"),
+                 fds.get("notify_socket"))
 
 
 def _abi() -> int:

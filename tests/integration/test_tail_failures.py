@@ -28,7 +28,7 @@ import pytest
 import pysandbox
 from pysandbox import plan as P
 from pysandbox import process
-from pysandbox.backends import get_backend, landlock, tail
+from pysandbox.backends import bwrap_tail, get_backend, landlock, tail
 from pysandbox.cli_errors import without_step
 from pysandbox.errors import Reason, SetupError
 from pysandbox.limits import Limits
@@ -54,6 +54,7 @@ def _fresh_plans(monkeypatch, change=None):
     monkeypatch.setattr(process, "_plan_by_id", {})
     native = get_backend("native")
     monkeypatch.setattr(native, "_ready", {})   # its op arrays, translated per plan
+    monkeypatch.setattr(bwrap_tail, "_cache", {})   # the bwrap init's, likewise
     if change is not None:
         real = P.compile
         monkeypatch.setattr(P, "compile", lambda policy, **kw: change(real(policy, **kw)))

@@ -94,10 +94,11 @@ def _count_off(blob: bytes) -> bytes:
 
 @pytest.mark.parametrize("damage", ["kind", "offset", "count"])
 def test_a_misbuilt_op_array_fails_closed(damage, tmp_path, monkeypatch):
-    real = T.pack_plan
+    real = T.launch_plan
 
-    def misbuilt(plan, ops, **kw):
-        blob, compiled = real(plan, ops, **kw)
+    def misbuilt(plan, binds, **kw):
+        blob, compiled = real(plan, binds, **kw)
+        ops = compiled.ops
         cover = next(i for i, op in enumerate(ops) if op.kind == "RO_COVER")
         if damage == "kind":      # a mount op of the native child's, not a tail step
             blob = _kind_at(blob, cover, OP["MOUNT"])
@@ -107,7 +108,7 @@ def test_a_misbuilt_op_array_fails_closed(damage, tmp_path, monkeypatch):
             blob = _count_off(blob)
         return blob, compiled
 
-    monkeypatch.setattr(bwrap_backend, "pack_plan", misbuilt)
+    monkeypatch.setattr(bwrap_backend, "launch_plan", misbuilt)
     exc = _launch(tmp_path)
     assert exc is not None and exc.errno == errno.EINVAL, exc
     monkeypatch.undo()
