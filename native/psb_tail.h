@@ -21,10 +21,10 @@
  *
  * Every step returns 0 (or a descriptor) or -errno, and a failure is reported by the
  * caller as the same record on every path: {stage, op index, errno}, where for the tail
- * the stage is PSB_STAGE_OP with the op index of the native op array, or the step's
- * enum psb_tail_step below with the index of the step's option (the bwrap init, whose
- * launcher maps it to the plan step: pysandbox/backends/tail.py reads these names from
- * the compiled module, so both backends name a failure alike).
+ * the stage is PSB_STAGE_OP with the op index of the native op array (the native child,
+ * and the bwrap init, which runs the plan's tail ops from a sealed memfd: both backends
+ * name a failure alike), or, in a session's command, the step's enum psb_tail_step
+ * below (pysandbox/backends/tail.py reads these names from the compiled module).
  *
  * Async-signal-safe: no malloc, no stdio, no errno (the libc build too: results are
  * -errno), no locks; the callers run them in a clone of a possibly multi-threaded
@@ -46,10 +46,11 @@
 #include <sys/statfs.h>
 #endif
 
-/* What failed in the tail, where no native op index says it: the bwrap init's status
- * pipe (FAILED, step, errno, index) and the session server's FAILED event (errno, step).
- * pysandbox/backends/tail.py mirrors the names, checked against the compiled module on
- * load; the Python twin of the bwrap init takes its numbers from there. */
+/* What failed in the tail, where no native op index says it: the session server's
+ * FAILED event (errno, step). pysandbox/backends/tail.py mirrors the names, checked
+ * against the compiled module on load. (USAGE to GATE but FORK, EXEC, CAPS, SECCOMP,
+ * LANDLOCK, PTY, RLIMIT were the bwrap init's before it ran the op array: kept for the
+ * numbering.) */
 enum psb_tail_step {
     PSB_TAIL_USAGE = 1,       /* the init's own argv (a bug of ours) */
     PSB_TAIL_MOUNT_PRIVATE,   /* the init's private mount namespace */
