@@ -34,6 +34,9 @@ struct psb_launch {
     int pty_fd; int pty_stdio; unsigned long pty_winsize; int proxy_fd; int notify_fd;
     int monitor; int monitor_exe; long long *stamps;
 };
+struct psb_tail_hdr { unsigned int magic; unsigned int abi; int nops; int strtab_len; int exec_mode; int gate_fd;
+    int pty_fd; int pty_stdio; unsigned long pty_winsize; int proxy_fd; int notify_fd; };
+#define PSB_PLAN_MAGIC ...
 struct psb_result { int pid; int status_fd; int monitor_pid; int monitor_fd; int stage; int op; int err; };
 
 int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res);

@@ -73,6 +73,15 @@ enum psb_op_kind {
                                  127.0.0.1:n (and [::1]:n where the namespace has IPv6),
                                  send the listener(s) over the launch's proxy_fd (SCM_RIGHTS)
                                  and close them and proxy_fd (native/psb_tail.h psb_tail_listen) */
+    /* After the last mount and any nested user namespace, on both backends (native/psb_tail.h),
+     * so both mount tables read the same, order included: */
+    PSB_OP_MOUNT_PRIVATE,     /* a mount namespace of our user namespace, the tree MS_REC|MS_PRIVATE */
+    PSB_OP_RO_COVER,          /* b=path in the sandbox's root: bind it on itself read-only (nosuid
+                                 nodev noexec); absent or already read-only: nothing to do (a
+                                 procfs cover) */
+    /* The bwrap init's own (native/psb_bwrap_init.c; the native child refuses it, EINVAL): */
+    PSB_OP_BIND_CHECK,        /* b=path n=st_dev m=st_ino: fail closed (ELOOP) unless lstat(b) is
+                                 that inode (the source the launcher validated) */
 };
 
 /* Where a failure happened, besides "op number op_index failed". */
@@ -97,8 +106,9 @@ enum psb_stage {
 #define PSB_F_BIND      0x08  /* WRITE: create on the setup tmpfs then bind on dst */
 #define PSB_F_MODE      0x10  /* WRITE/MKDIRS: apply mode with chmod */
 #define PSB_F_USERNS_FDS 0x20 /* SETUP_ROOT: keep /proc/self and the userns sysctl open */
-#define PSB_F_IF_WRITABLE 0x40 /* BIND: only if access(src, W_OK) succeeds (EACCES/ENOENT/EROFS: skip);
-                                  no longer emitted: every /proc cover is unconditional */
+#define PSB_F_IF_WRITABLE 0x40 /* BIND: only if access(src, W_OK) succeeds (EACCES/ENOENT/EROFS: skip):
+                                  bwrap's own covering right after a procfs; every PROC_READONLY
+                                  entry is then covered unconditionally at the tail (RO_COVER) */
 #define PSB_F_CURRENT_IDS 0x80 /* DISABLE_USERNS: map the current euid/egid onto themselves
                                   (the caller wrote the outer maps: --userns-block-fd) */
 #define PSB_F_LIFELINE  0x100 /* WAIT_FD: the launcher's death ends the wait (parent_died) */
@@ -119,6 +129,23 @@ struct psb_op {
     int flags;
     int a, b, c, d;
     long n, m, mode;
+};
+
+/* The head of the bwrap init's plan memfd (native/psb_bwrap_init.c): then nops struct
+ * psb_op, then strtab_len bytes of string table (pysandbox/backends/bwrap_tail.py packs it). */
+#define PSB_PLAN_MAGIC 0x54425350u   /* "PSBT" */
+struct psb_tail_hdr {
+    unsigned int magic;
+    unsigned int abi;         /* PSB_ABI_VERSION */
+    int nops;
+    int strtab_len;
+    int exec_mode;            /* 1: no fork, the command is exec'd in the init's process */
+    int gate_fd;              /* as launch monitor, or -1 (psb_tail_gate) */
+    int pty_fd;               /* as psb_launch pty_fd, pty_stdio, pty_winsize */
+    int pty_stdio;
+    unsigned long pty_winsize;
+    int proxy_fd;             /* as psb_launch proxy_fd, notify_fd */
+    int notify_fd;
 };
 
 struct psb_plan {

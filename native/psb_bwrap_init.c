@@ -4,64 +4,38 @@
  * under --as-pid-1 (through /proc/self/fd/N), so bwrap's own pid 1 (same uid,
  * dumpable, ptraceable by the command) never exists.
  *
- * argv: psb-bwrap-init STATUS_FD SELF_FD [options] -- EXE ARGV0 ARGS...
- *   -N            a new mount namespace (owned by our user namespace: bwrap may have
- *                 entered a second one, with --disable-userns or for devpts, that does
- *                 not own bwrap's mount namespace); its copies of bwrap's mounts are
- *                 locked to the command
- *   -P            make the whole mount tree private (MS_REC|MS_PRIVATE on /)
- *   -r PATH       bind PATH on itself and remount it read-only (skipped if absent)
- *   -b DEST DEV INO   fail closed unless lstat(DEST) has that st_dev and st_ino
- *   -s FD         install the classic BPF program read from FD (in the command only)
- *   -S SOCK       the next -s program is loaded with a seccomp notification listener,
- *                 sent over unix socket SOCK (SCM_RIGHTS) and closed with SOCK in the
- *                 command's process: the launcher's denial observer
- *                 (Policy.report_denials, pysandbox/denials.py; native/psb_tail.h
- *                 psb_tail_seccomp_notify)
- *   -c MASK       the capabilities the command keeps (hex); all others are dropped
- *                 from every set and the bounding set (needs CAP_SETPCAP)
- *   -n            with -c: the kept capabilities stay permitted and effective only,
- *                 nothing is raised into the inheritable or ambient sets
- *                 (Policy.caps_ambient=False, as the native PSB_F_NO_RAISE)
- *   -L KIND       put the command in a Landlock domain of its own before its exec
- *                 (native/psb_landlock.h says why; KIND 1: filesystem, 2: signal
- *                 scope) and make this init dumpable, so its owner can read
- *                 /proc/PID/environ and open /proc/PID/ns/ (what flatpak enter does
- *                 with bwrap's child-pid) while nothing in the sandbox can reach it,
- *                 whatever capabilities the command keeps
- *   -t FD MASK WS the sandbox's terminal (pysandbox/terminal.py): in the command's
- *                 process, before its seccomp filters, open a pty in the sandbox's
- *                 devpts (/dev/pts/ptmx), send the master over unix socket FD
- *                 (SCM_RIGHTS) and close it and FD; a new session with the slave as
- *                 controlling terminal; the slave becomes descriptor n for each bit
- *                 1 << n of MASK; WS (rows << 16 | cols, decimal; 0: none) its size
- *   -R RES SOFT HARD  setrlimit(RES) in the command's process right before its seccomp
- *                 filters and exec, after the pty (pysandbox/limits.py): the setup is
- *                 never under them
- *   -p FD PORT    network proxy mode: right away, in this process (inside the sandbox's
- *                 network namespace, whose lo bwrap brought up; before the command
- *                 exists) listen on 127.0.0.1:PORT and [::1]:PORT (unless the namespace
- *                 has no IPv6), send the listener(s) over unix socket FD (SCM_RIGHTS)
- *                 and close them and FD (native/psb_tail.h psb_tail_listen)
- *   -w FD         wait for one byte on FD before anything of the command exists, then
- *                 close FD: the launcher writes it once its lifetime monitor of this
- *                 as_pid_1 sandbox holds our pidfd (pysandbox/backends/monitor.py); EOF
- *                 (the launcher is gone, or it could not start the monitor): exit 125,
- *                 the command never runs
- *   -x            exec mode: no fork; after the setup, write STARTED and exec the
- *                 command in this process (as_pid_1, or no pid namespace); an exec
- *                 failure is FAILED after STARTED and exit 126
+ * argv: psb-bwrap-init STATUS_FD SELF_FD PLAN_FD -- EXE ARGV0 ARGS...
  *
- * Order: PR_SET_DUMPABLE 0 (the memfd is execute-only, so exec already made us
+ * PLAN_FD: a memfd sealed against any change (F_SEAL_WRITE|SHRINK|GROW|SEAL, checked
+ * here: else nothing runs) holding the setup tail of the plan as the native executor's
+ * op array (native/psb.h: struct psb_tail_hdr, then struct psb_op[nops], then the
+ * string table; pysandbox/backends/bwrap_tail.py packs it from native_translate's ops).
+ * It is read whole, validated (the header, every op's kind, every string offset inside
+ * the table and NUL-terminated, each seccomp program's bounds), then closed: nothing
+ * after this init holds it. The kinds allowed: the tail's (LISTEN CAPS NNP INIT
+ * LANDLOCK SECCOMP RLIMIT, each run by native/psb_tail.h psb_tail_op as the native
+ * child runs it, MOUNT_PRIVATE and RO_COVER included) and this init's own BIND_CHECK.
+ *
+ * The ops run in order in this process up to INIT, which forks the command's process;
+ * the ops after INIT run in it (without INIT, exec mode: as_pid_1 or no pid namespace,
+ * the command is exec'd here). The launcher's gate (header gate_fd: one byte once its
+ * lifetime monitor holds our pidfd, pysandbox/backends/monitor.py; EOF: exit 125, the
+ * command never runs) is waited for before the first op. In the command's process, after the ops: the terminal
+ * (header pty_*: native/psb_tail.h psb_tail_pty, the slave on each stdio slot of the
+ * mask), the signal mask restored, the RLIMIT ops applied (last: the setup is never
+ * under them), exec.
+ *
+ * PR_SET_DUMPABLE 0 first (the memfd is execute-only, so exec already made us
  * undumpable), PR_SET_PDEATHSIG SIGKILL and a lifeline check (the status pipe's
- * reader, the launcher, still exists), mounts, bind checks, capability drop; then the
- * command is forked (signals restored, status pipe closed, seccomp installed) and
- * exec'd. The init reaps orphans, forwards SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1
- * SIGUSR2 to the command, and reports on the status pipe, 4-byte little-endian words:
+ * reader, the launcher, still exists). A LANDLOCK op after INIT makes this init
+ * dumpable before the fork (its owner reads /proc/PID/environ and /proc/PID/ns/, as
+ * flatpak enter does with bwrap's child-pid; nothing in the domain can reach it). The
+ * init reaps orphans, forwards SIGTERM SIGINT SIGHUP SIGQUIT SIGUSR1 SIGUSR2 to the
+ * command, and reports on the status pipe, 4-byte little-endian words:
  *   STARTED                   the command was exec'd
- *   FAILED, STEP, ERRNO, K    setup failed (the command never ran): STEP an enum
- *                             psb_tail_step (native/psb_tail.h), ERRNO, K which of the
- *                             step's options (the K-th -s, -R or -r; else 0)
+ *   FAILED, STAGE, OP, ERRNO  setup failed (the command never ran): the native
+ *                             executor's failure record (enum psb_stage; OP the index
+ *                             in the memfd's op array, -1 for none)
  *   STATUS                    the command's raw wait status (after STARTED), then
  *                             the init exits with the command's code (128+N). */
 
@@ -76,31 +50,14 @@ PSB_START(psb_binit_main);
 #define NR_POLL __NR_poll
 #define NR_RT_SIGPROCMASK __NR_rt_sigprocmask
 #define NR_FORK __NR_fork
-#define NR_EXECVE __NR_execve
 #define NR_EXIT __NR_exit
 #define NR_WAIT4 __NR_wait4
 #define NR_FCNTL __NR_fcntl
-#define NR_CAPGET __NR_capget
-#define NR_CAPSET __NR_capset
 #define NR_PRCTL __NR_prctl
-#define NR_MOUNT __NR_mount
-#define NR_EXIT_GROUP __NR_exit_group
 #define NR_NEWFSTATAT __NR_newfstatat
-#define NR_STATFS __NR_statfs
 #define NR_PIPE2 __NR_pipe2
-#define NR_UNSHARE __NR_unshare
-#define NR_IOCTL __NR_ioctl
 #define NR_DUP2 __NR_dup2
 #define NR_GETPID __NR_getpid
-#define NR_SENDMSG __NR_sendmsg
-#define NR_SETSID __NR_setsid
-#define NR_GETSID __NR_getsid
-#define NR_OPENAT __NR_openat
-#define NR_PRLIMIT64 __NR_prlimit64
-#define NR_SOCKET __NR_socket
-#define NR_BIND __NR_bind
-#define NR_LISTEN __NR_listen
-#define NR_SETSOCKOPT __NR_setsockopt
 #else
 #error "psb_bwrap_init: unsupported architecture"
 #endif
@@ -114,15 +71,6 @@ PSB_START(psb_binit_main);
 #define SIGTERM 15
 #define SIGCHLD 17
 #define SIGIO 29
-#define MS_RDONLY 1
-#define MS_NOSUID 2
-#define MS_NODEV 4
-#define MS_NOEXEC 8
-#define MS_REMOUNT 32
-#define MS_BIND 4096
-#define MS_REC 16384
-#define MS_PRIVATE (1 << 18)
-#define CLONE_NEWNS 0x00020000
 #define AT_SYMLINK_NOFOLLOW 0x100
 #define AT_FDCWD -100
 #define F_SETFD 2
@@ -135,14 +83,17 @@ PSB_START(psb_binit_main);
 #define POLLOUT 4
 #define POLLERR 8
 #define POLLHUP 16
-#define ENOENT 2
 #define EACCES 13
 #define EINVAL 22
 #define EPERM 1
 
+#define F_GET_SEALS 1034
+#define SEALED 15   /* F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE */
 #define W_STARTED 0x50534201
 #define W_FAILED 0x50534202
 #define MAX_RLIMITS 8
+#define PLAN_MAX (4 << 20)   /* 32 seccomp programs of BPF_MAXINSNS, ops and strings */
+#define MAX_OPS 4096
 
 struct kstat {   /* x86_64 struct stat */
     unsigned long st_dev, st_ino, st_nlink;
@@ -154,10 +105,12 @@ struct kstat {   /* x86_64 struct stat */
 };
 struct pollfd { int fd; short events, revents; };
 
-#define MAX_FILTERS 32
-#define FILTER_BYTES (4096 * 8)   /* BPF_MAXINSNS instructions */
-static unsigned char filters[MAX_FILTERS][FILTER_BYTES + 8];
-static unsigned short filter_len[MAX_FILTERS];
+static unsigned char planbuf[PLAN_MAX] __attribute__((aligned(16)));
+static const struct psb_tail_hdr *hdr;
+static const struct psb_op *ops;
+static const char *strtab;
+static long status_fd = -1;
+static int rlimit_op[MAX_RLIMITS], nrlimits;
 
 static int streq(const char *a, const char *b)
 {
@@ -166,71 +119,151 @@ static int streq(const char *a, const char *b)
     return *a == *b;
 }
 
-/* The -c mask: lower-case hex digits (decimal arguments use psb_freestanding.h's parse). */
-static long parse_hex(const char *s)
+/* The failure record, as the native child's: stage (enum psb_stage), op index, errno. */
+static void __attribute__((noreturn)) fail(unsigned int stage, long op, long err)
 {
-    unsigned long v = 0;
-    if (s == 0 || *s == 0)
-        return -1;
-    for (; *s; s++) {
-        int d;
-        if (*s >= '0' && *s <= '9')
-            d = *s - '0';
-        else if (*s >= 'a' && *s <= 'f')
-            d = *s - 'a' + 10;
-        else
-            return -1;
-        v = v * 16 + (unsigned long)d;
-    }
-    return (long)v;
+    unsigned int words[4] = { W_FAILED, stage, (unsigned int)op, (unsigned int)err };
+    sys6(NR_WRITE, status_fd, (long)words, sizeof words, 0, 0, 0);
+    quit(126);
 }
 
-static long status_fd = -1;
-static long notify_sock = -1;
-static int notify_filter = -1;   /* which -s loads with the listener (-S) */
-static unsigned long rlimits[MAX_RLIMITS][3];
-static int nrlimits;
-
-/* Runs in the command's process: the sandbox's rlimits, then its seccomp filters
- * (native/psb_tail.h). Returns 0, or the failed step (its errno in *err, which of its
- * options in *k). */
-static unsigned int limit_and_filter(int nfilters, long *err, long *k)
+/* Whether string offset ``off`` (-1: none, if ``optional``) is inside the table and
+ * NUL-terminated there. */
+static int str_ok(int off, int optional)
 {
-    for (*k = 0; *k < nrlimits; (*k)++)
-        if ((*err = -psb_tail_rlimit((long)rlimits[*k][0], rlimits[*k][1], rlimits[*k][2])) > 0)
-            return PSB_TAIL_RLIMIT;
-    for (*k = 0; *k < nfilters; (*k)++)
-        if ((*err = -(*k == notify_filter ? psb_tail_seccomp_notify(filters[*k], filter_len[*k], notify_sock)
-                                          : psb_tail_seccomp(filters[*k], filter_len[*k]))) > 0)
-            return PSB_TAIL_SECCOMP;
-    *k = 0;
+    if (off < 0)
+        return optional && off == -1;
+    if (off >= hdr->strtab_len)
+        return 0;
+    for (long k = off; k < hdr->strtab_len; k++)
+        if (strtab[k] == 0)
+            return 1;
     return 0;
 }
 
-/* Runs in the command's process: the sandbox's terminal (native/psb_tail.h); the slave
- * becomes descriptor n for each bit 1 << n of mask. Returns 0 or -errno. */
-static long pty_to_stdio(long sock, long mask, long ws)
+/* Read the plan memfd whole, only if sealed, and validate it as strictly as the native
+ * executor trusts its array: every kind one of ours, every offset in bounds. A bad
+ * array fails closed (stage PIPE, or OP at the first bad op: EINVAL). */
+static void load_plan(long fd)
 {
-    long slave = psb_tail_pty(sock, (unsigned long)ws), r = slave;
-    for (long fd = 0; r >= 0 && fd < 3; fd++)
-        if (mask & (1L << fd))
-            r = sys6(NR_DUP2, slave, fd, 0, 0, 0, 0);
-    if (slave >= 0)
-        sys6(NR_CLOSE, slave, 0, 0, 0, 0, 0);
-    return r < 0 ? r : 0;
+    if (fd < 3)
+        fail(PSB_STAGE_PIPE, -1, EINVAL);
+    long seals = sys6(NR_FCNTL, fd, F_GET_SEALS, 0, 0, 0, 0);
+    if (seals < 0 || (seals & SEALED) != SEALED)
+        fail(PSB_STAGE_PIPE, -1, EPERM);
+    long got = 0, r;
+    while (got < PLAN_MAX && (r = sys6(__NR_pread64, fd, (long)(planbuf + got), PLAN_MAX - got, got, 0, 0)) > 0)
+        got += r;
+    sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
+    hdr = (const struct psb_tail_hdr *)planbuf;
+    if (got < (long)sizeof *hdr || got >= PLAN_MAX || hdr->magic != PSB_PLAN_MAGIC || hdr->abi != PSB_ABI_VERSION ||
+        hdr->nops < 0 || hdr->nops > MAX_OPS || hdr->strtab_len <= 0 ||
+        got != (long)sizeof *hdr + (long)hdr->nops * (long)sizeof(struct psb_op) + hdr->strtab_len)
+        fail(PSB_STAGE_PIPE, -1, EINVAL);
+    ops = (const struct psb_op *)(planbuf + sizeof *hdr);
+    strtab = (const char *)(ops + hdr->nops);
+    if (strtab[hdr->strtab_len - 1] != 0 || (hdr->exec_mode & ~1) ||
+        hdr->gate_fd < -1 || (hdr->gate_fd >= 0 && hdr->gate_fd < 3) || hdr->pty_fd < -1 ||
+        (hdr->pty_fd >= 0 && hdr->pty_fd < 3) || (hdr->pty_stdio & ~7) || hdr->proxy_fd < -1 || hdr->notify_fd < -1)
+        fail(PSB_STAGE_PIPE, -1, EINVAL);
+    int inits = 0;
+    for (int i = 0; i < hdr->nops; i++) {
+        const struct psb_op *op = &ops[i];
+        int ok = str_ok(op->c, 1) && str_ok(op->d, 1) && op->c == -1 && op->d == -1;
+        switch (op->kind) {
+        case PSB_OP_INIT:
+            ok = ok && !inits++ && !hdr->exec_mode && op->a == -1 && op->b == -1;
+            break;
+        case PSB_OP_LISTEN: case PSB_OP_CAPS: case PSB_OP_NNP: case PSB_OP_LANDLOCK: case PSB_OP_MOUNT_PRIVATE:
+            ok = ok && op->a == -1 && op->b == -1;
+            break;
+        case PSB_OP_RLIMIT:
+            ok = ok && op->a == -1 && op->b == -1 && nrlimits < MAX_RLIMITS && op->n >= 0;
+            if (ok)
+                rlimit_op[nrlimits++] = i;
+            break;
+        case PSB_OP_SECCOMP:   /* a program of whole, aligned instructions inside the table */
+            ok = ok && op->b == -1 && op->a >= 0 && op->a % 8 == 0 && op->n > 0 && op->n % 8 == 0 &&
+                 op->n / 8 <= BPF_MAXINSNS && op->n <= hdr->strtab_len - op->a;
+            break;
+        case PSB_OP_RO_COVER: case PSB_OP_BIND_CHECK:
+            ok = ok && op->a == -1 && str_ok(op->b, 0) && strtab[op->b] == '/';
+            break;
+        default:
+            ok = 0;
+        }
+        if (!ok)
+            fail(PSB_STAGE_OP, i, EINVAL);
+    }
 }
 
-static void put(unsigned int word)
+/* BIND_CHECK: EACCES is a parent bwrap made (0700, owned by the setup's uid) that keeps
+ * this uid out; the command, with this uid and no capabilities, cannot reach the bind
+ * either, so whatever is bound there is out of its reach too. */
+static long bind_check(const struct psb_op *op)
 {
-    sys6(NR_WRITE, status_fd, (long)&word, sizeof word, 0, 0, 0);
+    struct kstat st;
+    long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)(strtab + op->b), (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
+    if (r == -EACCES)
+        return 0;
+    if (r == 0 && ((long)st.st_dev != op->n || (long)st.st_ino != op->m))
+        r = -40;   /* ELOOP: something was swapped in */
+    return r;
 }
 
-/* The failure record: step, errno, which of the step's options. */
-static void __attribute__((noreturn)) fail(unsigned int step, long err, long k)
+/* One op: this init's own kinds here, the tail's by the shared executor. 0 or -errno. */
+static long run_op(int i)
 {
-    unsigned int words[4] = { W_FAILED, step, (unsigned int)err, (unsigned int)k };
-    sys6(NR_WRITE, status_fd, (long)words, sizeof words, 0, 0, 0);
-    quit(126);
+    const struct psb_op *op = &ops[i];
+    /* MOUNT_PRIVATE (native/psb_tail.h): our user namespace's own mount namespace (bwrap
+     * may have entered a second one, with --disable-userns or for devpts, that does not
+     * own its mount namespace): its copies of bwrap's mounts are locked to the command. */
+    switch (op->kind) {
+    case PSB_OP_BIND_CHECK:
+        return bind_check(op);
+    case PSB_OP_RLIMIT:
+        return 0;   /* applied right before the exec */
+    }
+    return psb_tail_op(op, strtab, hdr->proxy_fd, hdr->notify_fd);
+}
+
+/* The command's process, after its ops: terminal, signal mask, rlimits, exec. Returns
+ * only on failure: its stage and errno, the op in *op. */
+static unsigned int finish(const unsigned long *oldset, char *exe, char **cargv, char **envp, long *err, long *op)
+{
+    *op = -1;
+    if (hdr->pty_fd >= 0) {
+        long slave = psb_tail_pty(hdr->pty_fd, hdr->pty_winsize), r = slave;
+        for (long fd = 0; r >= 0 && fd < 3; fd++)
+            if (hdr->pty_stdio & (1L << fd))
+                r = sys6(NR_DUP2, slave, fd, 0, 0, 0, 0);
+        if (slave >= 0)
+            sys6(NR_CLOSE, slave, 0, 0, 0, 0, 0);
+        if ((*err = -r) > 0)
+            return PSB_STAGE_PTY;
+    }
+    /* Signals stayed blocked through the terminal: a pty whose master could not be
+     * handed over is hung up when we close the master, and its SIGHUP must not kill us
+     * before the failure is reported. A SIGIO already pending (the launcher went) ends
+     * us here, before anything of the command runs. */
+    sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)oldset, 0, 8, 0, 0);
+    for (int k = 0; k < nrlimits; k++) {
+        const struct psb_op *o = &ops[rlimit_op[k]];
+        if ((*err = -psb_tail_rlimit(o->n, (unsigned long)o->m, (unsigned long)o->mode)) > 0) {
+            *op = rlimit_op[k];
+            return PSB_STAGE_OP;
+        }
+    }
+    if (hdr->exec_mode) {
+        /* No SIGIO for the command once it is us (bwrap keeps a copy of the pipe's write
+         * end; the launcher may close its reader first). */
+        long fl = sys6(NR_FCNTL, status_fd, F_GETFL, 0, 0, 0, 0);
+        sys6(NR_FCNTL, status_fd, F_SETFL, fl & ~O_ASYNC, 0, 0, 0);
+        unsigned int w = W_STARTED;   /* the status pipe is close-on-exec: the command never holds it */
+        sys6(NR_WRITE, status_fd, (long)&w, sizeof w, 0, 0, 0);
+    }
+    *err = -psb_tail_exec(exe, 1, 0, cargv, envp);
+    return PSB_STAGE_EXEC;
 }
 
 void __attribute__((noreturn, used)) psb_binit_main(long *sp)
@@ -240,15 +273,17 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     char **envp = argv + argc + 1;
     /* First: nothing in the sandbox may ptrace us (already so: exec of an unreadable file). */
     sys6(NR_PRCTL, PR_SET_DUMPABLE, 0, 0, 0, 0, 0);
-    if (argc < 3)
+    if (argc < 4)
         quit(127);
     status_fd = parse(argv[1]);
-    long self_fd = parse(argv[2]);
+    long self_fd = parse(argv[2]), plan_fd = parse(argv[3]);
     if (status_fd < 3)
         quit(127);
     sys6(NR_FCNTL, status_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
     if (self_fd >= 3)
         sys6(NR_CLOSE, self_fd, 0, 0, 0, 0, 0);
+    if (plan_fd >= 3)
+        sys6(NR_FCNTL, plan_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
     /* Die with bwrap (set by bwrap's --die-with-parent too; set again, nothing undid it
      * yet), and bind our life to the launcher's: the status pipe's reader. bwrap dies
      * with the launcher's spawning *thread* (PR_SET_PDEATHSIG, pysandbox/backends/
@@ -272,199 +307,64 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     if (sys6(NR_POLL, (long)&pfd, 1, 0, 0, 0, 0) < 0 || (pfd.revents & (POLLERR | POLLHUP)))
         quit(125);
 
-    long i = 3;
-    int nfilters = 0;
-    long capmask = -1;
-    int no_raise = 0;
-    int exec_mode = 0;
-    long landlock = 0;
-    long pty_sock = -1, pty_mask = 0, pty_ws = 0;
-    long gate = -1;
-    long nro = 0, nbind = 0;
-    for (; i < argc && !streq(argv[i], "--"); i++) {
-        const char *o = argv[i];
-        if (streq(o, "-N")) {
-            long r = sys6(NR_UNSHARE, CLONE_NEWNS, 0, 0, 0, 0, 0);
-            if (r < 0)
-                fail(PSB_TAIL_MOUNT_PRIVATE, -r, 0);
-        } else if (streq(o, "-P")) {
-            long r = sys6(NR_MOUNT, 0, (long)"/", 0, MS_REC | MS_PRIVATE, 0, 0);
-            if (r < 0)
-                fail(PSB_TAIL_MOUNT_PRIVATE, -r, 0);
-        } else if (streq(o, "-r") && i + 1 < argc) {
-            const char *p = argv[++i];
-            struct kstat st;
-            long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
-            if (r == -ENOENT) {
-                nro++;
-                continue;
-            }
-            /* Already read-only (bwrap 0.8 covers sys, sysrq-trigger, irq and bus itself
-             * where its setup could write them): one mount, as the native backend. struct
-             * statfs on x86_64: f_flags is the eleventh long; ST_RDONLY is 1. */
-            long sfs[15];
-            if (r == 0 && sys6(NR_STATFS, (long)p, (long)sfs, 0, 0, 0, 0) == 0 && (sfs[10] & 1)) {
-                nro++;
-                continue;
-            }
-            if (r == 0)
-                r = sys6(NR_MOUNT, (long)p, (long)p, 0, MS_BIND | MS_REC, 0, 0);
-            if (r == 0)
-                r = sys6(NR_MOUNT, 0, (long)p, 0, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                         0, 0);
-            if (r < 0)
-                fail(PSB_TAIL_PROC_READONLY, -r, nro);
-            nro++;
-        } else if (streq(o, "-b") && i + 3 < argc) {
-            const char *p = argv[i + 1];
-            long dev = parse(argv[i + 2]), ino = parse(argv[i + 3]);
-            struct kstat st;
-            long r = sys6(NR_NEWFSTATAT, AT_FDCWD, (long)p, (long)&st, AT_SYMLINK_NOFOLLOW, 0, 0);
-            /* EACCES: a parent bwrap made (0700, owned by the setup's uid) keeps this uid
-             * out; the command, with this uid and no capabilities, cannot reach the bind
-             * either, so whatever is bound there is out of its reach too. */
-            if (r != -EACCES && (r < 0 || (long)st.st_dev != dev || (long)st.st_ino != ino))
-                fail(PSB_TAIL_BIND_CHANGED, r < 0 ? -r : 40 /* ELOOP */, nbind);
-            nbind++;
-            i += 3;
-        } else if (streq(o, "-s") && i + 1 < argc) {
-            if (nfilters >= MAX_FILTERS)
-                fail(PSB_TAIL_SECCOMP, 7 /* E2BIG */, nfilters);
-            long fd = parse(argv[++i]);
-            long got = 0, r;
-            while (got <= FILTER_BYTES &&
-                   (r = sys6(NR_READ, fd, (long)(filters[nfilters] + got), FILTER_BYTES + 8 - got, 0, 0, 0)) > 0)
-                got += r;
-            if (fd < 0 || got <= 0 || got % 8 != 0 || got > FILTER_BYTES)
-                fail(PSB_TAIL_SECCOMP, EINVAL, nfilters);
-            sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
-            filter_len[nfilters++] = (unsigned short)(got / 8);
-        } else if (streq(o, "-S") && i + 1 < argc) {
-            notify_sock = parse(argv[++i]);
-            if (notify_sock < 3 || notify_filter >= 0)
-                fail(PSB_TAIL_USAGE, EINVAL, i);
-            notify_filter = nfilters;
-            sys6(NR_FCNTL, notify_sock, F_SETFD, FD_CLOEXEC, 0, 0, 0);
-        } else if (streq(o, "-t") && i + 3 < argc) {
-            pty_sock = parse(argv[i + 1]);
-            pty_mask = parse(argv[i + 2]);
-            pty_ws = parse(argv[i + 3]);
-            if (pty_sock < 3 || pty_mask < 0 || pty_ws < 0)
-                fail(PSB_TAIL_USAGE, EINVAL, i);
-            sys6(NR_FCNTL, pty_sock, F_SETFD, FD_CLOEXEC, 0, 0, 0);
-            i += 3;
-        } else if (streq(o, "-R") && i + 3 < argc) {
-            long res = parse(argv[i + 1]), soft = parse(argv[i + 2]), hard = parse(argv[i + 3]);
-            if (nrlimits >= MAX_RLIMITS || res < 0 || soft < 0 || hard < 0)
-                fail(PSB_TAIL_USAGE, EINVAL, i);
-            rlimits[nrlimits][0] = (unsigned long)res;
-            rlimits[nrlimits][1] = (unsigned long)soft;
-            rlimits[nrlimits][2] = (unsigned long)hard;
-            nrlimits++;
-            i += 3;
-        } else if (streq(o, "-p") && i + 2 < argc) {
-            long sock = parse(argv[i + 1]), port = parse(argv[i + 2]);
-            if (sock < 3 || port < 0)   /* a port out of range is the tail's EINVAL */
-                fail(PSB_TAIL_USAGE, EINVAL, i);
-            long e = psb_tail_listen(sock, port);
-            if (e < 0)
-                fail(PSB_TAIL_LISTEN, -e, 0);
-            i += 2;
-        } else if (streq(o, "-w") && i + 1 < argc) {
-            gate = parse(argv[++i]);
-            if (gate < 3)
-                fail(PSB_TAIL_USAGE, EINVAL, i);
-            sys6(NR_FCNTL, gate, F_SETFD, FD_CLOEXEC, 0, 0, 0);
-        } else if (streq(o, "-x")) {
-            exec_mode = 1;
-        } else if (streq(o, "-n")) {
-            no_raise = 1;
-        } else if (streq(o, "-L") && i + 1 < argc) {
-            landlock = parse(argv[++i]);   /* a kind psb_landlock_self does not know: its EINVAL */
-            if (landlock <= 0)
-                fail(PSB_TAIL_USAGE, EINVAL, i);
-        } else if (streq(o, "-c") && i + 1 < argc) {
-            capmask = parse_hex(argv[++i]);
-            if (capmask < 0)
-                fail(PSB_TAIL_USAGE, EINVAL, i);
-        } else {
-            fail(PSB_TAIL_USAGE, EINVAL, i);
-        }
-    }
-    if (i + 2 >= argc)
-        fail(PSB_TAIL_USAGE, EINVAL, i);
-    char *exe = argv[i + 1];
-    char **cargv = argv + i + 2;
+    if (argc < 7 || !streq(argv[4], "--"))
+        fail(PSB_STAGE_PIPE, -1, EINVAL);
+    load_plan(plan_fd);
+    char *exe = argv[5];
+    char **cargv = argv + 6;
+    const long keep[3] = { hdr->pty_fd, hdr->proxy_fd, hdr->notify_fd };
+    for (int k = 0; k < 3; k++)
+        if (keep[k] >= 0)
+            sys6(NR_FCNTL, keep[k], F_SETFD, FD_CLOEXEC, 0, 0, 0);
+    if (hdr->gate_fd >= 0)
+        sys6(NR_FCNTL, hdr->gate_fd, F_SETFD, FD_CLOEXEC, 0, 0, 0);
 
-    if (capmask >= 0) {
-        long e = psb_tail_caps((unsigned long)capmask, 63, no_raise, 0);
-        if (e < 0)
-            fail(PSB_TAIL_CAPS, -e, 0);
-    }
-    if (gate >= 0 && psb_tail_gate(gate) < 0)
+    /* The launcher's gate before any op: a failure of ours is then always reported on the
+     * status pipe to a launcher that holds our pidfd (never a gate it finds closed). */
+    if (hdr->gate_fd >= 0 && psb_tail_gate(hdr->gate_fd) < 0)
         quit(125);
-
-    long err = 0, k = 0;
-    unsigned int step;
-    if (exec_mode) {
-        if (pty_sock >= 0 && (err = -pty_to_stdio(pty_sock, pty_mask, pty_ws)) > 0)
-            fail(PSB_TAIL_PTY, err, 0);
-        /* The signal mask as the command's; a SIGIO already pending (the launcher went)
-         * ends us here, before anything of the command runs. */
-        sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
-        if ((step = limit_and_filter(nfilters, &err, &k)) != 0)
-            fail(step, err, k);
-        /* No SIGIO for the command once it is us (bwrap keeps a copy of the pipe's write
-         * end; the launcher may close its reader first); one already pending is
-         * delivered at the exec's unblock above: the launcher went before the exec. */
-        sys6(NR_FCNTL, status_fd, F_SETFL, fl, 0, 0, 0);
-        put(W_STARTED);   /* the status pipe is close-on-exec: the command never holds it */
-        fail(PSB_TAIL_EXEC, -psb_tail_exec(exe, 1, 0, cargv, envp), 0);
+    long err, op;
+    int i = 0;
+    for (; i < hdr->nops && ops[i].kind != PSB_OP_INIT; i++)
+        if ((err = -run_op(i)) > 0)
+            fail(PSB_STAGE_OP, i, err);
+    if (i == hdr->nops) {   /* exec mode: the command is exec'd here */
+        unsigned int stage = finish(&oldset, exe, cargv, envp, &err, &op);
+        fail(stage, op, err);
     }
 
     int epipe[2];
     long r = sys6(NR_PIPE2, (long)epipe, O_CLOEXEC, 0, 0, 0, 0);
     if (r < 0)
-        fail(PSB_TAIL_FORK, -r, 0);
+        fail(PSB_STAGE_OP, i, -r);
     /* Dumpable before the command's process exists, so its owner never finds us not yet
      * dumpable once the command runs; until the command's exec, after its Landlock
      * domain, only our code runs in the sandbox: from then on nothing of it can reach us. */
-    if (landlock)
-        sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
+    for (int k = i + 1; k < hdr->nops; k++)
+        if (ops[k].kind == PSB_OP_LANDLOCK)
+            sys6(NR_PRCTL, PR_SET_DUMPABLE, 1, 0, 0, 0, 0);
     long cmd = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (cmd < 0)
-        fail(PSB_TAIL_FORK, -cmd, 0);
+        fail(PSB_STAGE_OP, i, -cmd);
     if (cmd == 0) {
         /* The command: nothing of the init's reaches it (status pipe closed). */
         sys6(NR_CLOSE, status_fd, 0, 0, 0, 0, 0);
         sys6(NR_CLOSE, epipe[0], 0, 0, 0, 0, 0);
-        /* The tail, in this order: terminal, Landlock, rlimits, seccomp, exec. Signals
-         * stay blocked through the terminal: a pty whose master could not be handed over
-         * is hung up when we close the master, and its SIGHUP must not kill us before
-         * the failure is reported (it stays pending; we exit). */
-        step = 0;
-        if (pty_sock >= 0 && (err = -pty_to_stdio(pty_sock, pty_mask, pty_ws)) > 0)
-            step = PSB_TAIL_PTY;
-        if (!step && landlock && (err = -psb_landlock_self(landlock)) > 0)
-            step = PSB_TAIL_LANDLOCK;
-        if (!step)
-            sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&oldset, 0, 8, 0, 0);
-        if (!step)
-            step = limit_and_filter(nfilters, &err, &k);
-        if (!step) {
-            err = -psb_tail_exec(exe, 1, 0, cargv, envp);
-            step = PSB_TAIL_EXEC;
-        }
-        unsigned int rec[3] = { step, (unsigned int)err, (unsigned int)k };
+        unsigned int stage = 0;
+        for (int k = i + 1; k < hdr->nops && !stage; k++)
+            if ((err = -run_op(k)) > 0)
+                stage = PSB_STAGE_OP, op = k;
+        if (!stage)
+            stage = finish(&oldset, exe, cargv, envp, &err, &op);
+        unsigned int rec[3] = { stage, (unsigned int)op, (unsigned int)err };
         sys6(NR_WRITE, epipe[1], (long)rec, sizeof rec, 0, 0, 0);
         for (;;)
             sys6(NR_EXIT, 127, 0, 0, 0, 0, 0);
     }
     sys6(NR_CLOSE, epipe[1], 0, 0, 0, 0, 0);
-    if (pty_sock >= 0)
-        sys6(NR_CLOSE, pty_sock, 0, 0, 0, 0, 0);   /* the init never sends on it */
-    if (notify_sock >= 0)
-        sys6(NR_CLOSE, notify_sock, 0, 0, 0, 0, 0);
+    for (int k = 0; k < 3; k++)   /* the init never sends on them */
+        if (keep[k] >= 0)
+            sys6(NR_CLOSE, keep[k], 0, 0, 0, 0, 0);
     unsigned int rec[3];
     while ((r = sys6(NR_READ, epipe[0], (long)rec, sizeof rec, 0, 0, 0)) == -4 /* EINTR */)
         ;
@@ -472,9 +372,10 @@ void __attribute__((noreturn, used)) psb_binit_main(long *sp)
     if (r == sizeof rec) {
         int st;
         sys6(NR_WAIT4, cmd, (long)&st, 0, 0, 0, 0);
-        fail(rec[0], rec[1], rec[2]);
+        fail(rec[0], (int)rec[1], rec[2]);
     }
-    put(W_STARTED);
+    unsigned int w = W_STARTED;
+    sys6(NR_WRITE, status_fd, (long)&w, sizeof w, 0, 0, 0);
 
     psb_pid1_loop(cmd, status_fd, set & ~((1UL << (SIGCHLD - 1)) | (1UL << (SIGIO - 1))), 1);
 }

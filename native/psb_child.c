@@ -262,20 +262,19 @@ static void psb_child_main(struct psb_child *c, int start)
             r = psb_loopback_up();
             break;
         case PSB_OP_LISTEN:
-            r = tail(psb_tail_listen(c->launch->proxy_fd, op->n));
+        case PSB_OP_CAPS:
+        case PSB_OP_NNP:
+        case PSB_OP_SECCOMP:
+        case PSB_OP_LANDLOCK:
+        case PSB_OP_MOUNT_PRIVATE:
+        case PSB_OP_RO_COVER:   /* the setup tail: one executor (native/psb_tail.h) */
+            r = tail(psb_tail_op(op, plan->strtab, c->launch->proxy_fd, c->launch->notify_fd));
             break;
         case PSB_OP_HOSTNAME:
             r = sethostname(P(c, op->a), strlen(P(c, op->a)));
             break;
         case PSB_OP_DISABLE_USERNS:
             r = psb_op_disable_userns(c, op);
-            break;
-        case PSB_OP_CAPS:
-            r = tail(psb_tail_caps((unsigned long long)op->n, op->m, (op->flags & PSB_F_NO_RAISE) != 0,
-                                    (op->flags & PSB_F_NO_AMBIENT) != 0));
-            break;
-        case PSB_OP_NNP:
-            r = tail(psb_tail_nnp());
             break;
         case PSB_OP_INIT: {
             if (plan->init_fd >= 0) {
@@ -314,10 +313,6 @@ static void psb_child_main(struct psb_child *c, int start)
             psb_init(cmd, c->status_fd, c->launch->fwd_signals);
             break;
         }
-        case PSB_OP_SECCOMP:
-            r = tail(op->m == 1 ? psb_tail_seccomp_notify(S(c, op->a), (unsigned long)op->n / 8, c->launch->notify_fd)
-                           : psb_tail_seccomp(S(c, op->a), (unsigned long)op->n / 8));
-            break;
         case PSB_OP_SETSID:
             r = setsid() < 0 ? -1 : 0;
             break;
@@ -357,9 +352,6 @@ static void psb_child_main(struct psb_child *c, int start)
             }
             break;
         }
-        case PSB_OP_LANDLOCK:
-            r = tail(psb_landlock_self(op->n));
-            break;
         case PSB_OP_RLIMIT:
             if (c->nrlimits >= PSB_MAX_RLIMITS) {
                 errno = E2BIG;

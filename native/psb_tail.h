@@ -5,6 +5,8 @@
  * (native/psb_session.c, freestanding). Like nsjail's contain.cc, each step is one call
  * into its concern; the callers only choose when.
  *
+ *   psb_tail_mount_private  a mount namespace of our own, the tree private
+ *   psb_tail_ro_cover  a procfs entry bound read-only on itself
  *   psb_tail_caps      drop every capability but the kept ones, bounding set included
  *   psb_tail_nnp       PR_SET_NO_NEW_PRIVS
  *   psb_landlock_self  the command's Landlock domain (native/psb_landlock.h)
@@ -15,13 +17,14 @@
  *   psb_tail_listen    network proxy mode: the listener(s), handed over
  *   psb_tail_gate      the launcher's go (its lifetime monitor exists)
  *   psb_tail_exec      the exec candidates Python computed, tried as execvp
+ *   psb_tail_op        one op of the op array that is one of the steps above
  *
  * Every step returns 0 (or a descriptor) or -errno, and a failure is reported by the
  * caller as the same record on every path: {stage, op index, errno}, where for the tail
- * the stage is PSB_STAGE_OP with the op index of the native op array, or the step's
- * enum psb_tail_step below with the index of the step's option (the bwrap init, whose
- * launcher maps it to the plan step: pysandbox/backends/tail.py reads these names from
- * the compiled module, so both backends name a failure alike).
+ * the stage is PSB_STAGE_OP with the op index of the native op array (the native child,
+ * and the bwrap init, which runs the plan's tail ops from a sealed memfd: both backends
+ * name a failure alike), or, in a session's command, the step's enum psb_tail_step
+ * below (pysandbox/backends/tail.py reads these names from the compiled module).
  *
  * Async-signal-safe: no malloc, no stdio, no errno (the libc build too: results are
  * -errno), no locks; the callers run them in a clone of a possibly multi-threaded
@@ -30,17 +33,24 @@
 #define PSB_TAIL_H
 
 #include "psb_sys.h"
+#include "psb.h"
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/prctl.h>
 #include <linux/seccomp.h>
 #include <asm/ioctls.h>
 #include "psb_landlock.h"
+#ifdef PSB_LIBC
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#endif
 
-/* What failed in the tail, where no native op index says it: the bwrap init's status
- * pipe (FAILED, step, errno, index) and the session server's FAILED event (errno, step).
- * pysandbox/backends/tail.py mirrors the names, checked against the compiled module on
- * load; the Python twin of the bwrap init takes its numbers from there. */
+/* What failed in the tail, where no native op index says it: the session server's
+ * FAILED event (errno, step). pysandbox/backends/tail.py mirrors the names, checked
+ * against the compiled module on load. (USAGE to GATE but FORK, EXEC, CAPS, SECCOMP,
+ * LANDLOCK, PTY, RLIMIT were the bwrap init's before it ran the op array: kept for the
+ * numbering.) */
 enum psb_tail_step {
     PSB_TAIL_USAGE = 1,       /* the init's own argv (a bug of ours) */
     PSB_TAIL_MOUNT_PRIVATE,   /* the init's private mount namespace */
@@ -359,6 +369,75 @@ static long __attribute__((unused)) psb_tail_exec(const char *cand, long ncand, 
         cand++;
     }
     return seen_eacces ? -PSB_TAIL_EACCES : -PSB_TAIL_ENOENT;
+}
+
+/* After the mount setup (and any nested user namespace): a mount namespace of the
+ * current user namespace (its copies of the mounts are locked to the command when that
+ * user namespace does not own the one before) with the whole tree private, so a mount
+ * the host makes later under a shared bound subtree never appears inside. */
+static long __attribute__((unused)) psb_tail_mount_private(void)
+{
+    long r = psb_sys(__NR_unshare, 0x00020000 /* CLONE_NEWNS */, 0, 0, 0, 0);
+    return r < 0 ? r : psb_sys(__NR_mount, 0, (long)"/", 0, 16384 | (1 << 18) /* MS_REC | MS_PRIVATE */, 0);
+}
+
+/* In the new mount namespace (psb_tail_mount_private): bind ``path`` on itself read-only,
+ * nosuid, nodev, noexec (a procfs entry, plan.PROC_READONLY). Absent, or already
+ * read-only (bwrap 0.8 and the native backend cover sys, sysrq-trigger, irq and bus right
+ * after the procfs where its setup could write them): nothing to do. 0 or -errno. */
+static long __attribute__((unused)) psb_tail_ro_cover(const char *path)
+{
+    long r;
+    int ro;
+#ifdef PSB_LIBC
+    struct stat st;
+    struct statfs sfs;
+    r = fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+    ro = r == 0 && statfs(path, &sfs) == 0 && (sfs.f_flags & 1 /* ST_RDONLY */);
+#else
+    unsigned long st[18];   /* x86_64 struct stat */
+    long sfs[15];           /* x86_64 struct statfs: f_flags is the eleventh long; ST_RDONLY 1 */
+    r = psb_sys(__NR_newfstatat, -100 /* AT_FDCWD */, (long)path, (long)st, 0x100 /* AT_SYMLINK_NOFOLLOW */, 0);
+    ro = r == 0 && psb_sys(__NR_statfs, (long)path, (long)sfs, 0, 0, 0) == 0 && (sfs[10] & 1);
+#endif
+    if (r == -PSB_TAIL_ENOENT || ro)
+        return 0;
+    if (r == 0)
+        r = psb_sys(__NR_mount, (long)path, (long)path, 0, 4096 | 16384 /* MS_BIND | MS_REC */, 0);
+    if (r == 0)
+        r = psb_sys(__NR_mount, 0, (long)path, 0,
+                    32 | 4096 | 1 | 2 | 4 | 8 /* MS_REMOUNT|MS_BIND|MS_RDONLY|MS_NOSUID|MS_NODEV|MS_NOEXEC */, 0);
+    return r;
+}
+
+/* One op of the tail, as every executor of the op array runs it: the native child
+ * (native/psb_child.c) and the bwrap init (native/psb_bwrap_init.c). ``strtab``: the
+ * array's string table; ``proxy_fd``, ``notify_fd``: the launch's sockets for LISTEN and
+ * a notifying SECCOMP. Returns 0 or -errno; -EINVAL for a kind that is not a tail step. */
+static long __attribute__((unused)) psb_tail_op(const struct psb_op *op, const char *strtab, long proxy_fd,
+                                                long notify_fd)
+{
+    switch (op->kind) {
+    case PSB_OP_LISTEN:
+        return psb_tail_listen(proxy_fd, op->n);
+    case PSB_OP_CAPS:
+        return psb_tail_caps((unsigned long long)op->n, op->m, (op->flags & PSB_F_NO_RAISE) != 0,
+                             (op->flags & PSB_F_NO_AMBIENT) != 0);
+    case PSB_OP_NNP:
+        return psb_tail_nnp();
+    case PSB_OP_MOUNT_PRIVATE:
+        return psb_tail_mount_private();
+    case PSB_OP_RO_COVER:
+        return op->b < 0 ? -PSB_TAIL_EINVAL : psb_tail_ro_cover(strtab + op->b);
+    case PSB_OP_LANDLOCK:
+        return psb_landlock_self(op->n);
+    case PSB_OP_SECCOMP:
+        if (op->a < 0)
+            return -PSB_TAIL_EINVAL;
+        return op->m == 1 ? psb_tail_seccomp_notify(strtab + op->a, (unsigned long)op->n / 8, notify_fd)
+                          : psb_tail_seccomp(strtab + op->a, (unsigned long)op->n / 8);
+    }
+    return -PSB_TAIL_EINVAL;
 }
 
 #endif

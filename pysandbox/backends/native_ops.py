@@ -26,7 +26,7 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 OP_KINDS = ("IDMAP", "PDEATHSIG", "SETUP_ROOT", "MKDIRS", "MKFILE", "BIND", "MOUNT", "SETATTR",
             "SYMLINK", "WRITE", "CHMOD", "PIVOT", "LOOPBACK", "HOSTNAME", "DISABLE_USERNS", "CAPS",
             "NNP", "INIT", "SECCOMP", "SETSID", "CHDIR", "WAIT_FD", "SETNS", "UNSHARE", "HOP",
-            "CHECK_PATH", "LANDLOCK", "RLIMIT", "LISTEN")
+            "CHECK_PATH", "LANDLOCK", "RLIMIT", "LISTEN", "MOUNT_PRIVATE", "RO_COVER", "BIND_CHECK")
 OP = {name: i + 1 for i, name in enumerate(OP_KINDS)}
 STAGE_OP, STAGE_CLONE, STAGE_PARENT_DIED, STAGE_FDS, STAGE_EXEC, STAGE_PIPE = 1, 2, 3, 4, 5, 6   # (7, 8: hops, never failures)
 STAGE_PTY = 9   # the sandbox's terminal (launch pty_fd)

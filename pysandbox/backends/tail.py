@@ -1,8 +1,8 @@
 """The setup tail's failures, read once for every path: the steps that run right before
 the command's exec (native/psb_tail.h: capabilities, no_new_privs, Landlock, rlimits,
 seccomp, the terminal, the proxy listener, exec) fail with the same record on every path
-(``{stage, op index, errno}``: the native child's op index, or the bwrap init's and the
-session server's ``enum psb_tail_step`` with the index of the step's option), and
+(``{stage, op index, errno}``: the op index in the native op array, which the native
+child and the bwrap init both run, or a session command's ``enum psb_tail_step``), and
 :func:`error` turns it into the one typed error naming the plan step. So the same failure
 reads the same on both backends and in a session.
 
@@ -16,7 +16,6 @@ import errno as E
 import os
 import resource
 
-from .. import plan as P
 from ..errors import Reason, SetupError
 
 # enum psb_tail_step, in order from 1 (native/psb_tail.h).
@@ -40,24 +39,6 @@ _RLIMIT_NAMES = {getattr(resource, n): n for n in dir(resource) if n.startswith(
 
 def rlimit_name(res: int) -> str:
     return _RLIMIT_NAMES.get(res, f"resource {res}")
-
-
-def landlock_point(plan: P.Plan) -> int | None:
-    """The plan step before which the command's process is made (and enters its Landlock
-    domain): the first Seccomp, NewSession or Chdir (native_translate puts INIT there)."""
-    return next((i for i, op in enumerate(plan.ops) if isinstance(op, (P.Seccomp, P.NewSession, P.Chdir))), None)
-
-
-def plan_step(plan: P.Plan, step: str, k: int) -> int | None:
-    """The plan op index of tail ``step``'s ``k``-th option, as the bwrap init reports it
-    (None for an rlimit: rlimits are the plan's ``rlimits``, not an op)."""
-    kinds = {"CAPS": P.DropCapabilities, "NNP": P.NoNewPrivs, "SECCOMP": P.Seccomp, "LISTEN": P.ProxyListener}
-    if step == "LANDLOCK":
-        return landlock_point(plan)
-    if step not in kinds:
-        return None
-    found = [i for i, op in enumerate(plan.ops) if isinstance(op, kinds[step])]
-    return found[k] if 0 <= k < len(found) else (found[0] if found else None)
 
 
 def where(plan_index: int | None, step: str, rlimit: tuple | None = None) -> str:

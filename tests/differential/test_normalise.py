@@ -108,3 +108,11 @@ def test_a_session_proxy_password_is_masked_and_nothing_else():   # R8
     assert diff(env(HTTP_PROXY="http://c1:x@127.0.0.1:3128"), env(HTTP_PROXY="http://c2:x@127.0.0.1:3128"))
     assert diff(env(HTTP_PROXY="http://c1:x@127.0.0.1:3128"), env(HTTP_PROXY="http://c1:x@127.0.0.2:3128"))
     assert diff(env(OTHER="http://c1:one@h"), env(OTHER="http://c1:two@h"))
+
+
+def test_the_order_of_the_mount_table_is_compared():   # R1
+    mounts = [_m(10, 9, "/", dev="254:0", fstype="ext4"), _m(11, 10, "/tmp"), _m(12, 10, "/x", dev="0:42")]
+    swapped = [mounts[0], mounts[2], mounts[1]]
+    fields = [f for f, _, _ in diff(flatten({"mounts": mounts}, HOST), flatten({"mounts": swapped}, HOST))]
+    assert "mounts.order" in fields
+    assert not diff(flatten({"mounts": mounts}, HOST), flatten({"mounts": list(mounts)}, HOST))   # control

@@ -29,6 +29,7 @@ import pysandbox
 from pysandbox import plan as P
 from pysandbox import process
 from pysandbox.backends import get_backend, landlock, tail
+from pysandbox.backends.bwrap import bwrap_tail
 from pysandbox.cli_errors import without_step
 from pysandbox.errors import Reason, SetupError
 from pysandbox.limits import Limits
@@ -54,6 +55,7 @@ def _fresh_plans(monkeypatch, change=None):
     monkeypatch.setattr(process, "_plan_by_id", {})
     native = get_backend("native")
     monkeypatch.setattr(native, "_ready", {})   # its op arrays, translated per plan
+    monkeypatch.setattr(bwrap_tail, "_cache", {})   # the bwrap init's, likewise
     if change is not None:
         real = P.compile
         monkeypatch.setattr(P, "compile", lambda policy, **kw: change(real(policy, **kw)))
@@ -188,15 +190,13 @@ def test_a_proxy_listener_the_kernel_refuses(tmp_path, monkeypatch):
 def _caps_at_62(monkeypatch):
     """The launcher's capability numbering with ``chown`` at bit 62, a capability no kernel
     has: the kept set the tail asks for is one the kernel refuses (EPERM), while bwrap's own
-    --cap-add still names CAP_CHOWN."""
-    from pysandbox.backends.bwrap import bwrap_init
+    --cap-add still names CAP_CHOWN. Both backends' tail comes from native_translate."""
     from pysandbox.backends.native import native_translate
     names = list(native_translate.CAPABILITIES)
     names += [f"unknown{i}" for i in range(len(names), 63)]
     at = names.index("chown")
     names[at], names[62] = names[62], names[at]
     monkeypatch.setattr(native_translate, "CAPABILITIES", tuple(names))
-    monkeypatch.setattr(bwrap_init, "CAPABILITIES", tuple(names))
 
 
 @pytest.mark.requires("bwrap")

@@ -36,10 +36,18 @@ pytestmark = pytest.mark.requires("userns")
 STARTED = 0x50534201
 
 
-def _init_head(status_w: int) -> tuple[list[str], tuple[int, ...]]:
-    from pysandbox.backends.bwrap import bwrap_init
+def _init_head(status_w: int, *, exec_mode: bool = False, gate: int | None = None) -> tuple[list[str], tuple[int, ...]]:
+    """The init's argv up to its ``--`` and the descriptors it needs: its sealed op array
+    is INIT alone (fork mode) or empty (exec mode), with the launcher's ``gate``."""
+    from pysandbox import Policy
+    from pysandbox import plan as P
+    from pysandbox.backends.bwrap import bwrap_init, bwrap_tail
+    from pysandbox.backends.native_ops import COp
     fd = bwrap_init.init_memfd()
-    return [f"/proc/self/fd/{fd}", str(status_w), str(fd)], (status_w, fd)
+    blob, _ = bwrap_tail.pack_plan(P.compile(Policy.default()), [] if exec_mode else [COp("INIT")],
+                                   exec_mode=exec_mode, gate=gate)
+    plan_fd = bwrap_tail.plan_memfd(blob)
+    return [f"/proc/self/fd/{fd}", str(status_w), str(fd), str(plan_fd)], (status_w, fd, plan_fd)
 
 
 def test_init_ends_the_sandbox_when_the_launcher_goes_after_its_check():

@@ -253,7 +253,7 @@ def test_without_pidfds_as_pid_1_fails_closed(backend, tmp_path, monkeypatch):
 @pytest.mark.requires("userns")
 @pytest.mark.parametrize("go", [False, True])
 def test_bwrap_init_gate_holds_the_command(go, tmp_path):
-    """The bwrap backend's init (native/psb_bwrap_init.c) in exec mode with ``-w FD`` (what an as_pid_1
+    """The bwrap backend's init (native/psb_bwrap_init.c) in exec mode with a gate (what an as_pid_1
     launch runs): without a byte on the gate (the launcher died, or its monitor did not
     start) it exits 125 and the command never runs; with the byte (the control) the
     command runs. The init runs as pid 1 under ``unshare``, which stays alive."""
@@ -261,9 +261,9 @@ def test_bwrap_init_gate_holds_the_command(go, tmp_path):
     out = tmp_path / "ran"
     r, w = os.pipe()
     gate_r, gate_w = os.pipe()
-    head, passed = _init_head(w)
+    head, passed = _init_head(w, exec_mode=True, gate=gate_r)
     proc = subprocess.Popen(["unshare", "--user", "--map-root-user", "--pid", "--fork", "--", *head,
-                             "-x", "-w", str(gate_r), "--", "/bin/sh", "sh", "-c", f"echo ran > {out}"],
+                             "--", "/bin/sh", "sh", "-c", f"echo ran > {out}"],
                             pass_fds=(*passed, gate_r), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     os.close(w)
     os.close(gate_r)

@@ -80,13 +80,16 @@ def test_host_knobs_read_only(backend, uid, as_pid_1):
 
 
 def test_every_proc_cover_is_in_plan():
-    """The native translation covers exactly plan.PROC_READONLY, unconditionally."""
+    """The native translation covers exactly plan.PROC_READONLY, unconditionally (RO_COVER,
+    the tail step both backends run; the bwrap init gets these same ops)."""
+    from pysandbox.backends.bwrap import bwrap_tail
     from pysandbox.backends import native as N
     from pysandbox.process import compiled
-    ops = N.translate(compiled(pysandbox.Policy.default()), dev_nodes=())
-    covers = [op for op in ops if op.kind == "BIND" and op.a == op.b and op.a.startswith("/newroot/proc/")]
-    assert [op.a for op in covers] == [f"/newroot/proc/{s}" for s in PROC_READONLY]
-    assert all(op.flags & N.F_RO and op.flags & N.F_OPTIONAL and not op.flags & N.F_IF_WRITABLE for op in covers)
+    plan = compiled(pysandbox.Policy.default())
+    ops = N.translate(plan, dev_nodes=())
+    covers = [op for op in ops if op.kind == "RO_COVER"]
+    assert [op.b for op in covers] == [f"/proc/{s}" for s in PROC_READONLY]
+    assert [op.b for op in bwrap_tail.tail_ops(plan, []) if op.kind == "RO_COVER"] == [op.b for op in covers]
     assert "sys" in PROC_READONLY and "sysrq-trigger" in PROC_READONLY
     # Independent of the list under test: the entries THREAT_MODEL.md's procfs row promises,
     # written out here, so dropping one from plan.PROC_READONLY fails.

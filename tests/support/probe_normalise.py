@@ -8,7 +8,9 @@ Rules (the README repeats them with the differences found):
 
 R1  Mount ids and parent ids are dropped; a mount is keyed by its mount point
     (and its position among mounts stacked on the same point), its parent by the
-    parent's mount point. Ids are kernel-global counters.
+    parent's mount point. Ids are kernel-global counters. The order of the mount
+    table is compared (``mounts.order``): both backends run one setup tail, so they
+    list the same mounts in the same order.
 R2  A device number ``major:minor`` is kept when the host has a mount of it (a
     bind of a host filesystem); a new anonymous superblock (tmpfs, proc, devpts,
     mqueue made for the sandbox) is renamed ``new#k``, k in the path order of the
@@ -125,7 +127,9 @@ def flatten(doc: dict, host_devs: frozenset) -> dict[str, object]:
         if key == "mounts":
             flat["mounts.count"] = len(value) if isinstance(value, list) else value
             seen: dict[str, int] = {}
-            for m in normalise_mounts(value, host_devs) if isinstance(value, list) else []:
+            table = normalise_mounts(value, host_devs) if isinstance(value, list) else []
+            flat["mounts.order"] = " ".join(m["mountpoint"] for m in table)   # R1: order compared
+            for m in table:
                 n = seen.get(m["mountpoint"], 0)
                 seen[m["mountpoint"]] = n + 1
                 for field, v in m.items():

@@ -11,6 +11,7 @@ from pysandbox import plan as P
 from pysandbox import probe
 from pysandbox.backends.bwrap import bwrap_init as I
 from pysandbox.backends.bwrap import bwrap_render as B
+from pysandbox.backends.bwrap import bwrap_tail as T
 from pysandbox.backends.bwrap import BwrapBackend
 from pysandbox.errors import (BackendUnavailable, BwrapNotFound, BwrapOptionUnsupported, Reason,
                               SetuidRejected, SetupError)
@@ -78,29 +79,27 @@ def test_default_policy_argv(tmp_path):
     order = [argv.index(x) for x in ("--ro-bind", "--dev", "--proc", "--tmpfs", "--bind")]
     assert order == sorted(order)
     assert argv[argv.index("--bind") + 1:argv.index("--bind") + 3] == [str(wd), str(wd)]
-    # the seccomp programs go to the init (installed in the command only), one fd each
+    # the seccomp programs go to the init (installed in the command only): its op array
     assert "--add-seccomp-fd" not in argv
     progs = [op.program for op in plan.ops if isinstance(op, P.Seccomp)]
-    cmd = I.init_command(plan, 50, 51, data, "/bin/true", ["true", "x"], [("/", 1, 2)])
-    assert cmd[:3] == ["/proc/self/fd/50", "51", "50"]
-    fds = [cmd[i + 1] for i, w in enumerate(cmd) if w == "-s"]
-    assert len(fds) == len(progs) and [data.blobs[int(fd) - 100] for fd in fds] == progs
-    assert cmd[cmd.index("-c") + 1] == "0"
-    assert cmd[cmd.index("-b"):cmd.index("-b") + 4] == ["-b", "/", "1", "2"]
-    assert ["-r", "/proc/sys"] == cmd[cmd.index("-r"):cmd.index("-r") + 2]
-    assert {cmd[i + 1] for i, w in enumerate(cmd) if w == "-r"} == {"/proc/" + n for n in P.PROC_READONLY}
-    assert cmd[cmd.index("--"):] == ["--", "/bin/true", "true", "x"]
+    ops = T.tail_ops(plan, [("/", 1, 2)])
+    assert [bytes(op.a) for op in ops if op.kind == "SECCOMP"] == [bytes(p) for p in progs]
+    assert next(op for op in ops if op.kind == "CAPS").n == 0
+    assert [(op.b, op.n, op.m) for op in ops if op.kind == "BIND_CHECK"] == [("/", 1, 2)]
+    assert {op.b for op in ops if op.kind == "RO_COVER"} == {"/proc/" + n for n in P.PROC_READONLY}
+    cmd = I.init_command(plan, 50, 51, 52, "/bin/true", ["true", "x"])
+    assert cmd == ["/proc/self/fd/50", "51", "50", "52", "--", "/bin/true", "true", "x"]
 
 
 def test_init_modes_and_no_init_render(tmp_path):
-    """as_pid_1: our init in exec mode (-x; the command stays pid 1); no procfs in the
+    """as_pid_1: our init in exec mode (no INIT op; the command stays pid 1); no procfs in the
     sandbox and no pid namespace: no init, bwrap loads the seccomp programs and keeps
     no capability; a pid namespace without a procfs fails closed."""
     data = Counter()
     plan = P.compile(Policy.default(as_pid_1=True, keep_authority_sockets=True), outer_ids=(1000, 1001))
     argv = B.flatten(B.render(plan, data))
     assert B.init_mode(plan) == "exec" and "--as-pid-1" in argv and "--add-seccomp-fd" not in argv
-    assert "-x" in I.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+    assert "INIT" not in [op.kind for op in T.tail_ops(plan, [])]   # exec mode: no fork
     plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user"}), outer_ids=(1000, 1001))
     assert B.init_mode(plan) is None
     argv = B.flatten(B.render(plan, data))
@@ -111,7 +110,7 @@ def test_init_modes_and_no_init_render(tmp_path):
     plan = P.compile(Policy(fs=(Tmpfs("/"),), namespaces={"user", "pid"}), outer_ids=(1000, 1001))
     assert B.init_mode(plan) == "fork"
     with pytest.raises(BackendUnavailable) as exc:
-        I.init_command(plan, 50, 51, data, "/bin/true", ["true"], [])
+        I.init_command(plan, 50, 51, 52, "/bin/true", ["true"])
     assert exc.value.reason == Reason.BWRAP_INIT_UNAVAILABLE
 
 

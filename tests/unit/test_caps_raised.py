@@ -59,15 +59,17 @@ def test_policy_flag_is_a_bool():
 
 def test_bwrap_backend_leaves_kept_caps_unraised_through_its_init():
     """bwrap's --cap-add raises the kept set into inheritable and ambient; our init's -n
-    clears both before the command's exec. Without the init (no procfs) it is refused."""
-    from pysandbox.backends.bwrap import bwrap_init as I
+    clears both before the command's exec (its CAPS op: PSB_F_NO_RAISE, as on the native
+    backend). Without the init (no procfs) it is refused."""
+    from pysandbox.backends.bwrap import bwrap_tail as T
+    from pysandbox.backends.native_ops import F_NO_RAISE
     info = SimpleNamespace(version="0.8.0")
     policy = PP.Policy.default(caps_keep={"chown"}, caps_ambient=False)
     plan = P.compile(policy, outer_ids=(1000, 1000))
     check_expressible(plan, info)
-    assert "-n" in I.init_command(plan, 50, 51, lambda data: 100, "/bin/true", ["true"], [])
+    assert next(op for op in T.tail_ops(plan, []) if op.kind == "CAPS").flags & F_NO_RAISE
     raised = P.compile(PP.Policy.default(caps_keep={"chown"}), outer_ids=(1000, 1000))
-    assert "-n" not in I.init_command(raised, 50, 51, lambda data: 100, "/bin/true", ["true"], [])
+    assert not next(op for op in T.tail_ops(raised, []) if op.kind == "CAPS").flags & F_NO_RAISE
     bare = policy.replace(fs=tuple(op for op in policy.fs if not isinstance(op, PP.Proc)) + (PP.Tmpfs("/proc"),),
                           namespaces=frozenset({"user"}))   # no procfs, no pid namespace: no init
     with pytest.raises(BwrapOptionUnsupported) as exc:

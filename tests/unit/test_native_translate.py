@@ -15,6 +15,7 @@ from pysandbox import plan as P
 from pysandbox import policy as PP
 from pysandbox.backends import landlock
 from pysandbox.backends import native as N
+from pysandbox.backends.native_ops import BWRAP_PROC_RO
 from pysandbox.errors import CapabilityUnavailable, Reason, UserNamespaceUnavailable
 
 
@@ -58,9 +59,15 @@ def test_proc_is_expanded_with_readonly_rebinds_and_its_own_reason():
     ops = N.translate(_plan(), base="/tmp")
     proc = next(op for op in ops if op.kind == "MOUNT" and op.c == "proc")
     assert proc.reason is Reason.PROC_MOUNT_FAILED and proc.b == "/newroot/proc"
-    rebinds = [op.a for op in ops if op.kind == "BIND" and op.a.startswith("/newroot/proc/")]
-    assert rebinds == [f"/newroot/proc/{s}" for s in N.PROC_RO]
-    assert all(op.flags & N.F_RO for op in ops if op.kind == "BIND" and op.a in rebinds)
+    # right after it, only bwrap's own covering (where writable); every PROC_READONLY entry
+    # at the tail, after the mount namespace of its own, before the capability drop
+    rebinds = [op for op in ops if op.kind == "BIND" and op.a.startswith("/newroot/proc/")]
+    assert [op.a for op in rebinds] == [f"/newroot/proc/{s}" for s in BWRAP_PROC_RO]
+    assert all(op.flags & N.F_RO and op.flags & N.F_IF_WRITABLE for op in rebinds)
+    kinds = [op.kind for op in ops]
+    covers = [op.b for op in ops if op.kind == "RO_COVER"]
+    assert covers == [f"/proc/{s}" for s in N.PROC_RO]
+    assert kinds.index("PIVOT") < kinds.index("MOUNT_PRIVATE") < kinds.index("RO_COVER") < kinds.index("CAPS")
 
 
 def test_minimal_dev():

@@ -78,8 +78,9 @@ from ...probe import BwrapInfo, bwrap_info, check_setuid, find_bwrap, setuid_all
 from .probe import capabilities, probe_plan
 from .. import monitor
 from ..base import BackendStatus, CapabilityStatus, Launch, backend_down, check_network_mode, pack_winsize
-from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_failure, init_memfd,
-                         init_unreachable, read_words)
+from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_memfd, init_unreachable,
+                         read_words)
+from .bwrap_tail import failure, launch_plan, plan_memfd
 from .bwrap_launch import (INFO_TIMEOUT, BwrapChild, end_bwrap, pdeathsig_preexec, pid1_fd, read_info, spawner,
                            wait_for_exec)
 from .bwrap_render import DataFds, caller_fds, flatten, init_mode, nul_joined, render
@@ -214,7 +215,7 @@ class BwrapBackend:
                                      Reason.BWRAP_INIT_UNAVAILABLE)
         init_fd = init_memfd() if init else -1
         data = DataFds()
-        info_r = info_w = status_r = status_w = gate_r = gate_w = -1
+        info_r = info_w = status_r = status_w = gate_r = gate_w = plan_fd = -1
         try:
             # inside the try: a second pipe failing (EMFILE) must not leak the first
             info_r, info_w = os.pipe()
@@ -227,12 +228,15 @@ class BwrapBackend:
             if init:
                 pty = None if launch.pty_socket is None else \
                     (launch.pty_socket, launch.pty_stdio, pack_winsize(launch.pty_winsize))
-                command = init_command(plan, init_fd, status_w, data, command[0], list(launch.argv), binds, pty,
-                                       launch.proxy_socket, gate_r if watched else None, launch.notify_socket)
+                blob, child_tail = launch_plan(plan, binds, exec_mode=init == "exec",
+                                               gate=gate_r if watched else None, pty=pty,
+                                               proxy_socket=launch.proxy_socket, notify_socket=launch.notify_socket)
+                plan_fd = plan_memfd(blob)
+                command = init_command(plan, init_fd, status_w, plan_fd, command[0], list(launch.argv))
             passed = set(data.fds) | caller_fds(plan) | set(launch.pass_fds) | {info_w}
             passed |= {fd for fd in (launch.pty_socket, launch.proxy_socket, launch.notify_socket) if fd is not None}
             if init:
-                passed |= {status_w, init_fd}
+                passed |= {status_w, init_fd, plan_fd}
             if watched:
                 passed.add(gate_r)
             argv = [info.path, "--args", str(args_fd), "--info-fd", str(info_w), "--", *command]
@@ -258,7 +262,7 @@ class BwrapBackend:
             raise
         finally:
             data.close()
-            for fd in (info_r, info_w, status_w, gate_r):
+            for fd in (info_r, info_w, status_w, gate_r, plan_fd):
                 if fd != -1:
                     os.close(fd)
         m = re.search(rb'"child-pid"\s*:\s*(\d+)', report)
@@ -296,7 +300,7 @@ class BwrapBackend:
         if watched:
             self._watch(child, proc, gate_w, plan)
         if init:
-            self._wait_for_init(child, proc, info, plan, exe)
+            self._wait_for_init(child, proc, info, plan, exe, child_tail)
         elif wait_for_exec(child, info.path) == 1:
             self._setup_failed(proc, info, plan)
         log = debug_logger()
@@ -349,7 +353,7 @@ class BwrapBackend:
             raise SetupError(f"bwrap setup failed at launch: {_message(exc)}", Reason.SETUP_FAILED,
                              stage="bwrap") from exc
 
-    def _wait_for_init(self, child: BwrapChild, proc, info, plan, exe: str) -> None:
+    def _wait_for_init(self, child: BwrapChild, proc, info, plan, exe: str, compiled) -> None:
         """Return once our init reported the command exec'd; raise the typed error (the
         command never ran) if it reported a setup failure or bwrap ended first."""
         words = read_words(child.status_fd, 1, INFO_TIMEOUT)
@@ -360,10 +364,10 @@ class BwrapBackend:
                 child.status_fd = -1
             return
         if words == [INIT_FAILED]:
-            step, err, k = (read_words(child.status_fd, 3, 5.0) + [0, 0, 0])[:3]
+            stage, index, err = (read_words(child.status_fd, 3, 5.0) + [0, 0xFFFFFFFF, 0])[:3]
             os.waitpid(proc.pid, 0)
             child.close()
-            raise init_failure(step, err, k, exe, plan)
+            raise failure(compiled, plan, stage, index, err, exe)
         # No report: bwrap's setup failed before it exec'd the init (or the init was killed).
         try:
             ended = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)

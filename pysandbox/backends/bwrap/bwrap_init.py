@@ -3,12 +3,12 @@
 - our C init (native/psb_bwrap_init.c, carried by the native module) in a sealed
   execute-only memfd (:func:`init_memfd`) and the command line bwrap runs as the
   sandbox's first process (:func:`init_command`);
-- what the init checks and covers: :func:`bind_identities` (each bind source's inode,
-  walked without following symlinks right before bwrap starts) and
-  :func:`proc_readonly_paths`;
+- what the init checks: :func:`bind_identities` (each bind source's inode, walked
+  without following symlinks right before bwrap starts; the init's BIND_CHECK ops,
+  backends/bwrap/bwrap_tail.py);
 - the status pipe protocol (native/psb_bwrap_init.c): :data:`INIT_STARTED`,
-  :data:`INIT_FAILED` and the failed step, read by :func:`read_words` and turned into
-  the typed error by :func:`init_failure`.
+  :data:`INIT_FAILED` and the failure record, read by :func:`read_words` (and turned
+  into the typed error by bwrap_tail.failure).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import time
 from ... import plan as P
 from ...errors import BackendUnavailable, Reason, SetupError
 from ...memfd import ProgramUnavailable, program_fd
-from ...checks import CAPABILITIES
-from .. import landlock, tail
 from .bwrap_render import init_mode, join_path, proc_in_sandbox
 
 
@@ -71,25 +69,10 @@ def _lstat_no_symlinks(path: str, optional: bool):
         os.close(fd)
 
 
-def proc_readonly_paths(plan: P.Plan) -> list[str]:
-    """Every ``plan.PROC_READONLY`` entry under each proc mount that no later mount
-    covers, for our init."""
-    ops = plan.mount_ops
-    return [join_path(op.dest, name) for i, op in enumerate(ops) if isinstance(op, P.MountProc)
-            and not P.shadowed(i, ops) for name in P.PROC_READONLY]
-
-
-def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, argv: list[str],
-                 binds, pty: tuple[int, int, int] | None = None, proxy_socket: int | None = None,
-                 gate: int | None = None, notify_socket: int | None = None) -> list[str]:
-    """The command bwrap runs as pid 1: our init, exec'd from its memfd, with its
-    setup options (native/psb_bwrap_init.c), then the real command. ``pty``: (socket,
-    stdio mask, packed window size) of the sandbox's terminal (``-t``). ``proxy_socket``:
-    network proxy mode, where the init sends the listener of the plan's ProxyListener
-    (``-p``, first: before anything of the command exists). ``gate``: as_pid_1, the read
-    end of the pipe on which the launcher says its lifetime monitor exists (``-w``: no
-    byte, no command; pysandbox/backends/monitor.py). ``notify_socket``: where the
-    Seccomp op marked notify sends its listener (``-S``; Policy.report_denials).
+def init_command(plan: P.Plan, init_fd: int, status_w: int, plan_fd: int, exe: str, argv: list[str]) -> list[str]:
+    """The command bwrap runs as pid 1: our init, exec'd from its memfd, with the sealed
+    memfd of its op array (``plan_fd``: backends/bwrap/bwrap_tail.py), then the real command
+    (native/psb_bwrap_init.c).
 
     Raises:
         BackendUnavailable (bwrap_init_unavailable): the sandbox has no procfs at
@@ -101,45 +84,8 @@ def init_command(plan: P.Plan, init_fd: int, status_w: int, data_fd, exe: str, a
             "the bwrap backend runs its own init through /proc/self/fd, and this policy shows no procfs at "
             "/proc; add Proc('/proc'), use as_pid_1=True (the command is pid 1) or the native backend",
             Reason.BWRAP_INIT_UNAVAILABLE)
-    opts = []
-    listener = plan.first(P.ProxyListener)
-    if listener is not None:
-        if proxy_socket is None:
-            raise SetupError("network proxy mode needs the launcher's proxy socket", Reason.SETUP_FAILED,
-                             stage="proxy listener")
-        opts += ["-p", str(proxy_socket), str(listener.port)]
-    opts += ["-N", "-P"] + (["-x"] if init_mode(plan) == "exec" else [])
-    if gate is not None:
-        opts += ["-w", str(gate)]
-    ll = landlock.kind(plan.command_may_mount)
-    if init_mode(plan) != "exec" and ll != landlock.NONE:
-        opts += ["-L", str(ll)]   # the command in a Landlock domain, the C init dumpable (its owner reads it)
-    for path in proc_readonly_paths(plan):
-        opts += ["-r", path]
-    for dest, dev, ino in binds:
-        opts += ["-b", dest, str(dev), str(ino)]
-    keep = 0
-    for op in plan.ops:
-        if isinstance(op, P.Seccomp):
-            if op.notify:
-                if notify_socket is None or init_fd is None:
-                    raise BackendUnavailable("report_denials on the bwrap backend needs its C init (a procfs at /proc "
-                                             "in the sandbox) and the launcher's notification socket",
-                                             Reason.BWRAP_INIT_UNAVAILABLE)
-                opts += ["-S", str(notify_socket)]
-            opts += ["-s", str(data_fd(op.program))]
-        elif isinstance(op, P.DropCapabilities):
-            for name in op.keep:
-                keep |= 1 << CAPABILITIES.index(name)
-            if not op.ambient:
-                opts.append("-n")   # kept ones permitted and effective only (caps_ambient=False)
-    opts += ["-c", format(keep, "x")]
-    if pty is not None:
-        opts += ["-t", *map(str, pty)]
-    for limit in plan.rlimits:
-        opts += ["-R", *map(str, limit)]
     argv0 = plan.argv0 if plan.argv0 is not None else argv[0]
-    return [f"{join_path(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), *opts, "--", exe, argv0,
+    return [f"{join_path(proc, 'self/fd')}/{init_fd}", str(status_w), str(init_fd), str(plan_fd), "--", exe, argv0,
             *argv[1:]]
 
 
@@ -175,7 +121,7 @@ def init_memfd() -> int:
 
 
 # Words on our init's status pipe (native/psb_bwrap_init.c): STARTED, or FAILED followed
-# by the failure record (step: enum psb_tail_step, backends/tail.py; errno; which option).
+# by the native executor's failure record (stage, op index, errno: backends/bwrap/bwrap_tail.py).
 INIT_STARTED = 0x50534201
 INIT_FAILED = 0x50534202
 
@@ -196,32 +142,6 @@ def read_words(fd: int, count: int, timeout: float) -> list[int]:
             break
         data += chunk
     return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data) - len(data) % 4, 4)]
-
-
-def init_failure(step: int, err: int, k: int, exe: str, plan: P.Plan) -> Exception:
-    """The typed error for our init's ``INIT_FAILED`` record: tail step ``step`` (enum
-    psb_tail_step) failed with errno ``err`` at its ``k``-th option (the K-th -s, -R or
-    -r); the command did not run. A step of the setup tail reads as it does on the native
-    backend (backends/tail.py), naming the plan step."""
-    name = tail.STEPS[step - 1] if 0 < step <= len(tail.STEPS) else None
-    if name == "BIND_CHANGED":
-        return SetupError("a bind's destination is not the inode the launcher validated (a symlink "
-                          "or another mount was swapped in before bwrap bound it); the command "
-                          "did not run", Reason.BIND_SOURCE_CHANGED, stage="bind", errno=errno.ELOOP)
-    if name == "RLIMIT" and 0 <= k < len(plan.rlimits):
-        return tail.error(name, err, rlimit=plan.rlimits[k])
-    if name == "LISTEN":
-        port = getattr(plan.first(P.ProxyListener), "port", 0)
-        return tail.error(name, err, plan_index=tail.plan_step(plan, name, k), filename=f"127.0.0.1:{port}")
-    if name == "PROC_READONLY":
-        paths = proc_readonly_paths(plan)
-        return tail.error(name, err, filename=paths[k] if 0 <= k < len(paths) else None)
-    if name in ("CAPS", "NNP", "SECCOMP", "LANDLOCK", "PTY", "EXEC"):
-        return tail.error(name, err, plan_index=tail.plan_step(plan, name, k), exe=exe)
-    what = {"USAGE": "argument", "MOUNT_PRIVATE": "mount namespace", "FORK": "fork",
-            "LIFELINE": "lifeline"}.get(name or "", f"step {step}")
-    return SetupError(f"the bwrap backend's init failed at its {what} step ({os.strerror(err) if err else err}); "
-                      f"the command did not run", Reason.SETUP_FAILED, stage="init", errno=err or None)
 
 
 def init_unreachable(plan) -> BackendUnavailable | None:

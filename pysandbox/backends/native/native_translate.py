@@ -24,10 +24,12 @@ from ..native_ops import (BWRAP_PROC_RO, CLONE_FLAGS, DEV_LINKS, F_BIND, F_CURRE
                          MS_NOEXEC, MS_NOSUID, PROC_RO, COp, under_root, submount_list, parent_mode)
 
 
-def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
+def translate(plan: P.Plan, host: HostView | None = None, only: tuple = (), **facts) -> list[COp]:
     """The C ops for ``plan``. Pure: every host fact comes from ``host`` (a
     :class:`HostView`; ``facts`` override its fields: base, last_cap, fallback,
-    mountpoints, dev_nodes, is_dir).
+    mountpoints, dev_nodes, is_dir). ``only``: emit the ops of these plan op types
+    alone (with INIT, its Landlock domain and the rlimits: the setup tail the bwrap
+    backend's init runs, pysandbox/backends/bwrap/bwrap_tail.py).
 
     Raises:
         SetupError: a plan op without an emitter (never for a compiled plan).
@@ -43,6 +45,8 @@ def translate(plan: P.Plan, host: HostView | None = None, **facts) -> list[COp]:
             cx.add("INIT", stage="init", plan_index=i)
             cx.init_done = True
             _landlock(cx, i)
+        if only and not isinstance(op, only):
+            continue
         emit = _EMIT.get(type(op))
         if emit is None:  # pragma: no cover - plan.compile only emits the ops in _EMIT
             raise SetupError(f"the native backend has no op for {op!r}", Reason.SETUP_FAILED, stage="translate")
@@ -209,16 +213,24 @@ def _proc(cx, op, i):
     dst = under_root("/newroot", op.dest)
     cx.add("MOUNT", a="proc", b=dst, c="proc", n=MS_NOSUID | MS_NODEV | MS_NOEXEC, stage="proc", plan_index=i,
            reason=Reason.PROC_MOUNT_FAILED, filename=op.dest)
-    # Always read-only (a missing entry is skipped): bwrap's "only where
-    # access(W_OK) succeeds" never covers /proc/sys, whose 0555 directory
-    # hides files that kuid 0 may write (plan.PROC_READONLY). A proc mount that a
-    # later mount covers is unreachable: it gets only bwrap's own covering (where
-    # access(W_OK) succeeds), so both backends show the same mount table.
-    hidden = P.shadowed(i, cx.plan.ops)
-    for sub in BWRAP_PROC_RO if hidden else PROC_RO:
-        cx.add("BIND", flags=F_RO | F_OPTIONAL | (F_IF_WRITABLE if hidden else 0), a=f"{dst}/{sub}",
+    # As bwrap 0.8: right after the procfs, its own covering (where access(W_OK)
+    # succeeds). Every plan.PROC_READONLY entry of a procfs no later mount covers is
+    # made read-only at the tail (RO_COVER, _caps), where the bwrap backend's init does
+    # it too: always (bwrap's rule never covers /proc/sys, whose 0555 directory hides
+    # files that kuid 0 may write), and both mount tables read the same, order included.
+    for sub in BWRAP_PROC_RO:
+        cx.add("BIND", flags=F_RO | F_OPTIONAL | F_IF_WRITABLE, a=f"{dst}/{sub}",
                b=f"{dst}/{sub}", c=b"\0" if cx.host.fallback else None, stage="proc", plan_index=i,
                filename=f"{op.dest.rstrip('/')}/{sub}")
+
+
+def proc_covers(plan: P.Plan) -> list[tuple[int, str]]:
+    """``(plan index, path)`` of every ``plan.PROC_READONLY`` entry under each procfs
+    that no later mount covers (the RO_COVER ops)."""
+    ops = plan.mount_ops
+    at = {id(op): i for i, op in enumerate(plan.ops)}
+    return [(at[id(op)], f"{op.dest.rstrip('/')}/{name}") for i, op in enumerate(ops)
+            if isinstance(op, P.MountProc) and not P.shadowed(i, ops) for name in PROC_RO]
 
 
 def _dev(cx, op, i):
@@ -312,6 +324,12 @@ def _caps(cx, op, i):
     # After userns2 the uid may be unmapped there: exec decides what survives, as bwrap.
     no_ambient = F_NO_AMBIENT if cx.plan.first(P.EnterUserns2) is not None else 0
     no_raise = 0 if op.ambient else F_NO_RAISE
+    # After the last mount and the nested user namespace, as the bwrap backend's init:
+    # a mount namespace of our own, the tree private, the procfs covers.
+    pivot = cx.plan.first(P.PivotRoot)
+    cx.add("MOUNT_PRIVATE", stage="mount namespace", plan_index=cx.plan.ops.index(pivot) if pivot else i)
+    for at, path in proc_covers(cx.plan):
+        cx.add("RO_COVER", b=path, stage="proc", plan_index=at, filename=path)
     cx.add("CAPS", flags=no_ambient | no_raise, n=mask, m=cx.host.last_cap, stage="capabilities", plan_index=i)
 
 
