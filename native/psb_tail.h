@@ -392,7 +392,7 @@ static long __attribute__((unused)) psb_tail_ro_cover(const char *path)
 #ifdef PSB_LIBC
     struct stat st;
     struct statfs sfs;
-    r = fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+    r = psb_fstatat(AT_FDCWD, path, &st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;   /* psb_sys.h: glibc 2.17 */
     ro = r == 0 && statfs(path, &sfs) == 0 && (sfs.f_flags & 1 /* ST_RDONLY */);
 #else
     unsigned long st[18];   /* x86_64 struct stat */

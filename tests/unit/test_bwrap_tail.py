@@ -15,7 +15,7 @@ from pysandbox import plan as P
 from pysandbox.backends.bwrap import bwrap_tail as T
 from pysandbox.backends.native import native_translate as N
 from pysandbox.backends._native_lib import load_module
-from pysandbox.backends.native_errors import setup_error
+from pysandbox.backends.native.native_errors import setup_error
 from pysandbox.backends.native_ops import STAGE_OP, pack
 from pysandbox.errors import BackendUnavailable, Reason, SetupError
 from pysandbox.limits import Limits

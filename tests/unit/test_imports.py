@@ -169,8 +169,8 @@ def test_no_import_runs_back_up_the_layers():
     planted = {k: set(v) for k, v in graph.items()}
     planted["pysandbox.probe.host"].add("pysandbox.backends.bwrap.probe")
     found = upward_imports(planted, modules)
-    assert len(found) == 1 and found[0][:3] == ["pysandbox.probe", "pysandbox.backends.bwrap",
-                                                "pysandbox.probe"], found
+    cycle = [step for step in found[0] if not step.startswith("  ")] if len(found) == 1 else []
+    assert cycle[:2] == ["pysandbox.probe", "pysandbox.backends.bwrap"] and cycle[-1] == "pysandbox.probe", found
     assert "  pysandbox.probe.host -> pysandbox.backends.bwrap.probe" in found[0], found
     # the backend registry importing its own backends is its layout, not an upward edge
     assert {"pysandbox.backends.native", "pysandbox.backends.bwrap"} <= graph["pysandbox.backends"]

@@ -59,8 +59,8 @@ Exit status: a command killed by signal N is returncode -N, as on the native bac
 (128+N). ``Policy.argv0`` needs bwrap >= 0.9 (``--argv0``) only without our init.
 
 Here: :class:`BwrapBackend` (info, check, spawn, status). The argv renderer is
-``bwrap_render.py``, our init's launcher side ``bwrap_init.py``, starting bwrap and
-the sandbox's lifetime ``bwrap_launch.py``, the probes ``probe.py`` (this package's).
+``bwrap_render.py``, our init's launcher side ``bwrap_init.py`` (op array: ``bwrap_tail.py``),
+starting bwrap and the sandbox's lifetime ``bwrap_launch.py``, the probes ``probe.py``.
 """
 
 from __future__ import annotations
@@ -442,7 +442,6 @@ class BwrapBackend:
 def _message(exc: BaseException) -> str:
     """An error's message without its class name."""
     return exc.args[0] if getattr(exc, "args", None) else str(exc)
-
 
 
 def _proxy_needs_init() -> BackendUnavailable:

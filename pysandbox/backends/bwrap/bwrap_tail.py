@@ -118,7 +118,7 @@ def launch_plan(plan: P.Plan, binds, *, exec_mode: bool, **fds) -> tuple[bytes, 
 
 
 def _abi() -> int:
-    from ._native_lib import ABI_VERSION
+    from .._native_lib import ABI_VERSION
     return ABI_VERSION
 
 
