@@ -70,3 +70,11 @@ def test_the_callers_own_network_namespace_is_not_compared_but_a_new_one_is():
     assert [k for k, _, _ in new] == ["network.links"], new
     left = harness.compare(case, rec("same", links), rec("new", links), "/t", tolerate)
     assert [k for k, _, _ in left] == ["namespaces.net"], left
+
+
+def test_d7_tolerates_the_order_only():
+    case = Case("x", ["--proc", "/proc"])
+    assert tolerate(case, "mounts.order", "/ /proc /sys /proc/irq", "/ /proc /proc/irq /proc/sys /sys")
+    # control: a mount point bwrap has and pybwrap lacks (or the other way) is a difference
+    assert not tolerate(case, "mounts.order", "/ /proc /sys /dev", "/ /proc /proc/sys /sys")
+    assert not tolerate(case, "mounts.order", "/ /proc /sys", "/ /proc /sys /tmp")
