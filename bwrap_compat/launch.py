@@ -168,21 +168,44 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
                 stdio[("stdin", "stdout", "stderr")[fd]] = subprocess.DEVNULL
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    def started(pid: int) -> None:
-        # As bwrap's monitor, right after the clone and before the setup (which may be
-        # waiting for this very document: --userns-block-fd, --block-fd).
-        ids = namespace_ids(pid, compat.unshared)
+    def report(pid: int, ids) -> None:
         if compat.info_fd is not None:
             write_all(compat.info_fd, info_document(pid, ids))
             _close(compat.info_fd)
         if compat.json_status_fd is not None:
             write_all(compat.json_status_fd, json_status_document(pid, ids))
 
+    cloned: list = []   # (pid, ids) as read right after the clone, not yet reported
+
+    def started(pid: int) -> None:
+        # As bwrap's monitor, right after the clone and before the setup. The setup's tail
+        # then runs the command in a copy of its mount namespace (one tail with the bwrap
+        # backend, docs/ARCHITECTURE.md), so the document waits for the exec, where the
+        # command's namespaces are read, unless the setup waits for this very document
+        # (--userns-block-fd, --block-fd: then the mount namespace named is the setup's).
+        ids = namespace_ids(pid, compat.unshared)
+        if any(fd is not None for fd in waits):
+            report(pid, ids)
+        else:
+            cloned.append((pid, ids))
+
     reporting = compat.info_fd is not None or compat.json_status_fd is not None
     try:
-        proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, **stdio, _host_mountpoints=True,
-                     on_start=started if reporting else None,
-                     close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
+        try:
+            proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, **stdio, _host_mountpoints=True,
+                         on_start=started if reporting else None,
+                         close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
+        except BaseException:
+            for pid, ids in cloned:   # the setup failed: what bwrap's monitor wrote at the clone
+                report(pid, ids)
+            raise
+        try:
+            for pid, ids in cloned:
+                report(pid, namespace_ids(pid, compat.unshared) or ids)
+        except BaseException:   # as bwrap, whose monitor ends the sandbox when the write fails
+            proc.kill()
+            proc.wait()
+            raise
     except SetupError as exc:
         if exc.stage == "symlink" and exc.errno == errno.EEXIST and exc.op is not None:
             # bwrap 0.9+ words it by what is there (the same link again was accepted)

@@ -450,3 +450,27 @@ def test_json_status_has_no_exit_code_after_a_failed_prctl(tmp_path):
     stopped = [o for o in outcomes if o[1] != 0]
     assert len(stopped) >= 3 and all(rc == 1 and not has for _, rc, has in stopped), outcomes
     assert all(has for _, rc, has in outcomes if rc == 0), outcomes
+
+
+def test_info_fd_names_the_commands_own_namespaces(tool):
+    # bubblewrap's suite compares each id with the command's /proc/self/ns/*. The native
+    # setup's tail runs the command in a copy of its mount namespace, so pybwrap reads
+    # the ids once the command exec'd (before that, the mount namespace named was the
+    # setup's and this test failed for "mnt").
+    script = 'for n in /proc/self/ns/*; do printf "%s %s\\n" "${n##*/}" "$(stat -L -c %i "$n")"; done'
+    r, w = os.pipe()
+    try:
+        done = subprocess.run(tool + ["--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--info-fd", str(w),
+                                      "sh", "-c", script], pass_fds=[w], env=ENV, capture_output=True, text=True,
+                              timeout=60)
+        os.close(w)
+        w = -1
+        doc = json.loads(_read_document(r))
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split() for line in done.stdout.splitlines())
+    named = {k[:-len("-namespace")]: v for k, v in doc.items() if k.endswith("-namespace")}
+    assert named and {k: int(seen[k]) for k in named} == named, (named, seen)
