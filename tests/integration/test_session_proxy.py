@@ -291,7 +291,8 @@ def test_allow_hosts_needs_a_session_in_proxy_mode(backend, tmp_path):
 def test_a_commands_on_proxy_event(sb, echo):
     seen = []
     done = _run(sb, _client(echo[0]), on_proxy_event=seen.append)
-    assert [e.reason for e in seen] == ["ok"] and done.proxy.events == seen
+    events = done.proxy.events   # first: it waits until the command's connections ended
+    assert [e.reason for e in seen] == ["ok"] and events == seen
 
 
 # ---------------------------------------------------------------- lifetime
