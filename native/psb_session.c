@@ -5,7 +5,7 @@
  * a sealed, execute-only memfd (exec of an unreadable file: undumpable from the first
  * instruction) and launches it through /proc/self/fd/N.
  *
- * argv: psb-session CHANNEL_FD SELF_FD [-L KIND] [-G] (-G: own_session below). CHANNEL_FD is the server's end of a unix stream
+ * argv: psb-session CHANNEL_FD SELF_FD [-L KIND]. CHANNEL_FD is the server's end of a unix stream
  * socketpair with the launcher, the only descriptor it keeps (close-on-exec; SELF_FD,
  * the memfd, is closed). The protocol (pysandbox/session_proto.py is the other side):
  *
@@ -35,8 +35,7 @@
  * Per command: the server forks a keeper, a child subreaper that dies with the server;
  * the keeper starts the command with vfork semantics (clone CLONE_VM|CLONE_VFORK on a
  * stack of its own: no copy of page tables; the keeper sleeps until the exec or the
- * exit, and a setup error comes back in its memory) (a process group of its own, or a
- * new session where the sandbox shares the caller's (own_session), die-with-keeper, the frame's descriptors
+ * exit, and a setup error comes back in its memory) (new session, die-with-keeper, the frame's descriptors
  * on their targets and nothing else, signals unblocked, chdir, exec of the candidates
  * in order, as execvp). When the command ends, the keeper SIGKILLs every process left
  * in its subtree (orphans reparent to it, setsid or not), reaps them, and only then
@@ -73,8 +72,6 @@ PSB_START(psb_session_main);
 #define NR_FCNTL __NR_fcntl
 #define NR_CHDIR __NR_chdir
 #define NR_SETSID __NR_setsid
-#define NR_SETPGID __NR_setpgid
-#define NR_GETSID __NR_getsid
 #define NR_PRCTL __NR_prctl
 #define NR_EXIT_GROUP __NR_exit_group
 #define NR_SIGNALFD4 __NR_signalfd4
@@ -96,7 +93,6 @@ PSB_START(psb_session_main);
 #define F_SETFD 2
 #define FD_CLOEXEC 1
 #define O_CLOEXEC 02000000
-#define O_NOCTTY 0400
 #define O_NONBLOCK 04000
 #define POLLIN 1
 #define WNOHANG 1
@@ -143,13 +139,6 @@ static long chan = -1, sigfd = -1;
  * Without it, none (pysandbox/backends/landlock.py decides: a command that may mount,
  * on a kernel without Landlock's signal scope; or no Landlock at all). */
 static long landlock_kind;
-/* 1 (-G, and we lead our session: the policy's new_session): a command takes a process
- * group (setpgid), not a session: the session, led by the server, which opens every file
- * O_NOCTTY, never has a terminal; another command's kill(0) stays off it. A setsid per
- * command made a scheduler autogroup each time: a time slice on a busy host (issue 27).
- * 0: a session per command: the sandbox shares the caller's session (maybe its terminal),
- * or report_denials keys records by a command's session (a group could be joined). */
-static int own_session;
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
 {
@@ -183,7 +172,7 @@ static int read_full(long fd, char *p, unsigned long n)
 static int read_pids(const char *path, long *out, int max)
 {
     char buf[4096];
-    long fd = sys6(NR_OPEN, (long)path, O_CLOEXEC | O_NOCTTY, 0, 0, 0, 0);
+    long fd = sys6(NR_OPEN, (long)path, O_CLOEXEC, 0, 0, 0, 0);
     if (fd < 0)
         return -1;
     long got = 0, r;
@@ -267,10 +256,7 @@ static void __attribute__((noreturn, used)) command(struct cmd_args *a)
     const unsigned int *targets = a->targets;
     long fds[MAX_FDS];
     unsigned long none = 0;
-    if (own_session)
-        sys6(NR_SETPGID, 0, 0, 0, 0, 0, 0);
-    else
-        sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
+    sys6(NR_SETSID, 0, 0, 0, 0, 0, 0);
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
     long cg = session_limits_enter();   /* native/psb_session_limits.h */
     if (cg < 0)
@@ -681,19 +667,12 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         quit(127);
     chan = parse(argv[1]);
     long self_fd = parse(argv[2]);
-    int group_only = 0;
-    for (long i = 3; i < argc; i++) {
-        if (argv[i][0] != '-' || argv[i][1] == 0 || argv[i][2] != 0)
+    if (argc > 3) {
+        if (argc != 5 || argv[3][0] != '-' || argv[3][1] != 'L' || argv[3][2] != 0)
             quit(127);
-        if (argv[i][1] == 'G' && !group_only) {
-            group_only = 1;
-        } else if (argv[i][1] == 'L' && !landlock_kind && i + 1 < argc) {
-            landlock_kind = parse(argv[++i]);   /* a kind psb_landlock_self does not know: each command's EINVAL */
-            if (landlock_kind <= 0)
-                quit(127);
-        } else {
+        landlock_kind = parse(argv[4]);   /* a kind psb_landlock_self does not know: each command's EINVAL */
+        if (landlock_kind <= 0)
             quit(127);
-        }
     }
     if (chan < 3)
         quit(127);
@@ -706,8 +685,6 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
     long probe[1];
     if (sys6(NR_GETPID, 0, 0, 0, 0, 0, 0) != 1)
         put_event(chan, E_ERROR, 0, 2, 0), quit(0);
-    /* -G asks for it; only where we, pid 1, lead our session (else: a session per command) */
-    own_session = group_only && sys6(NR_GETSID, 0, 0, 0, 0, 0, 0) == 1;
     if (sfd < 0 || read_pids("/proc/1/task/1/children", probe, 1) < 0)
         put_event(chan, E_ERROR, 0, 3, 0), quit(0);
     for (int k = 0; k < MAX_CMDS; k++)

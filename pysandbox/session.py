@@ -200,11 +200,6 @@ class Sandbox:
             # of Plan.command_may_mount read off the policy; none: no -L.
             ll = landlock.kind(P.command_may_mount(launch.allow_nested_userns, launch.caps_keep))
             server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-L", str(ll)] if ll else [])
-            # -G: each command a process group of its own, not a session (native/psb_session.c
-            # own_session), where the sandbox has a session of its own and no denials are
-            # recorded: denials.py keys records by process group, and within one session a
-            # descendant could join another command's group (setpgid); across sessions it cannot
-            server += ["-G"] if launch.new_session and not launch.report_denials else []
             self._server = SandboxProcess(server, denials_by_session=True,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
