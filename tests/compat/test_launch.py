@@ -123,6 +123,21 @@ def test_json_status_documents_match_bwrap():
             assert isinstance(docs[0]["child-pid"], int) and docs[0]["child-pid"] > 1
 
 
+def _with_info_fd(args, command, **kw):
+    """Run ``args --info-fd W command``: (the completed process, the info document)."""
+    r, w = os.pipe()
+    try:
+        done = subprocess.run(args + ["--info-fd", str(w)] + command, pass_fds=[w], env=ENV, capture_output=True,
+                              timeout=60, **kw)
+        os.close(w)
+        w = -1
+        return done, json.loads(_read_document(r))
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+
+
 def test_info_fd_names_the_namespaces_of_a_command_that_exits_at_once():
     """bwrap reads the namespace ids before its child may run; so does pybwrap (the
     setup waits for them), even when the command is `true`. Ten rounds each."""
@@ -132,17 +147,7 @@ def test_info_fd_names_the_namespaces_of_a_command_that_exits_at_once():
     keys = {}
     for name, t in TOOLS.items():
         for _ in range(10):
-            r, w = os.pipe()
-            try:
-                done = subprocess.run(t + ["--unshare-all", "--ro-bind", "/", "/", "--info-fd", str(w), "true"],
-                                      pass_fds=[w], env=ENV, capture_output=True, timeout=60)
-                os.close(w)
-                w = -1
-                doc = json.loads(_read_document(r))
-            finally:
-                os.close(r)
-                if w != -1:
-                    os.close(w)
+            done, doc = _with_info_fd(t + ["--unshare-all", "--ro-bind", "/", "/"], ["true"])
             assert done.returncode == 0, (name, done.stderr)
             keys.setdefault(name, set()).add(tuple(sorted(doc)))
     assert keys["bwrap"] == keys["pybwrap"] == {("cgroup-namespace", "child-pid", "ipc-namespace", "mnt-namespace",
@@ -458,18 +463,8 @@ def test_info_fd_names_the_commands_own_namespaces(tool):
     # the ids once the command exec'd (before that, the mount namespace named was the
     # setup's and this test failed for "mnt").
     script = 'for n in /proc/self/ns/*; do printf "%s %s\\n" "${n##*/}" "$(stat -L -c %i "$n")"; done'
-    r, w = os.pipe()
-    try:
-        done = subprocess.run(tool + ["--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--info-fd", str(w),
-                                      "sh", "-c", script], pass_fds=[w], env=ENV, capture_output=True, text=True,
-                              timeout=60)
-        os.close(w)
-        w = -1
-        doc = json.loads(_read_document(r))
-    finally:
-        os.close(r)
-        if w != -1:
-            os.close(w)
+    done, doc = _with_info_fd(tool + ["--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc"], ["sh", "-c", script],
+                              text=True)
     assert done.returncode == 0, done.stderr
     seen = dict(line.split() for line in done.stdout.splitlines())
     named = {k[:-len("-namespace")]: v for k, v in doc.items() if k.endswith("-namespace")}
