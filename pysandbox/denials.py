@@ -38,12 +38,11 @@ filter), refusals of the filter's argument rules (ioctl, set-id modes, socket fa
 denials by Landlock or by permissions.
 
 Sessions and pools (:mod:`pysandbox.session`): the server's sandbox has the observer, and
-every command inherits its filter; a record is keyed by the caller's process group in the
-sandbox (``NSpgid``, read before the answer; a session's command leads a process group
-of its own), and a command's result takes its records once it exited
-(:meth:`Observer.take`). A descendant that makes a process group or a session of its own
-(``setpgid``, ``setsid``) is counted on the session (``Sandbox.denials``), not on the
-command.
+every command inherits its filter; a record is keyed by the caller's session id in the
+sandbox (``NSsid``, read before the answer; a session's command leads its own session),
+and a command's result takes its records once it exited (:meth:`Observer.take`). A
+descendant that makes a session of its own is counted on the session
+(``Sandbox.denials``), not on the command.
 """
 
 from __future__ import annotations
@@ -173,7 +172,7 @@ class Observer:
 
     def __init__(self, policy, by_session: bool = False):
         check_kernel()
-        self._by_session = by_session   # a session's server: records keyed by the caller's process group
+        self._by_session = by_session   # a session's server: records keyed by the caller's session id
         self._begun = self._handled = 0
         self._settled = threading.Condition()
         self._refused = refused_calls(policy)
@@ -255,7 +254,7 @@ class Observer:
 
     def take(self, sid: int) -> Denials:
         """A session's command ended (its processes are gone): the records of the processes
-        in its process group (``sid``, the command's pid in the sandbox), removed from here. The
+        in its session (``sid``, the command's pid in the sandbox), removed from here. The
         notifications those processes made were all received before they died; this waits
         until the observer has handled each one it received so far."""
         with self._settled:
@@ -308,7 +307,7 @@ class Observer:
                 self._settled.notify_all()
 
     def _answer(self, nid, pid, _flags, nr, arch, _ip, *args) -> None:
-        sid = _group_of(pid) if self._by_session else None   # before the answer: it may exit after
+        sid = _session_of(pid) if self._by_session else None   # before the answer: it may exit after
         refused = self._refused.get((arch, nr))
         if refused is not None:
             self._reply(nid, refused[1])
@@ -383,13 +382,13 @@ class Observer:
                 self._cuts[sid] = self._cuts.get(sid, 0) + 1
 
 
-def _group_of(pid: int):
-    """The process group of host process ``pid`` as its innermost pid namespace numbers it
-    (``NSpgid``: a session's command leads its group), or None."""
+def _session_of(pid: int):
+    """The session id of host process ``pid`` as its innermost pid namespace numbers it
+    (``NSsid``: a session's command is its session's leader), or None."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"NSpgid:"):
+                if line.startswith(b"NSsid:"):
                     return int(line.split()[-1])
     except (OSError, ValueError, IndexError):
         pass
