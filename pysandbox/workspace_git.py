@@ -27,9 +27,6 @@ import os
 
 from . import workspace_layer as L
 
-GIT_DIR_NAMES = ("HEAD", "objects", "refs", "commondir")
-
-
 def _looks_like_git_dir(names: set[str]) -> bool:
     return "HEAD" in names and ({"objects", "refs"} <= names or "commondir" in names)
 
