@@ -18,7 +18,7 @@ from . import plan as _plan
 from . import view as _view
 from .checks import check_path
 from .records import replace
-from .backends import select_backend
+from .backends import after_failed_launch, select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
@@ -122,11 +122,10 @@ class SandboxProcess(BackendPopen):
     ``cwd``), refused when the sandbox's view has no directory there
     (:class:`~pysandbox.errors.StartDirectoryMissing`, as a session refuses it). With no
     ``policy`` and no ``cwd``, the command starts in the caller's current directory when
-    the sandbox can see it (else in ``/``). ``preexec_fn``,
-    ``user``, ``group`` and ``shell`` are refused: the policy decides those;
-    ``close_fds=False`` is refused (a sandbox never inherits descriptors: name them in
-    ``pass_fds``). ``on_start(pid)`` is called
-    (on another thread, before the constructor returns) with the host pid of the
+    the sandbox can see it (else in ``/``). ``preexec_fn``, ``user``, ``group`` and ``shell``
+    are refused: the policy decides those; ``close_fds=False`` is refused (a sandbox never
+    inherits descriptors: name them in ``pass_fds``). ``on_start(pid)`` is called (on
+    another thread, before the constructor returns) with the host pid of the
     sandbox's first process as soon as it exists: with ``policy.userns_block_fd``
     that is the process whose ``uid_map``/``gid_map`` the caller writes.
     ``close_in_setup``: descriptors the sandbox's setup process closes before its
@@ -174,7 +173,11 @@ class SandboxProcess(BackendPopen):
             self.plan = with_start_directory(self.plan, cwd)
         elif policy is None:
             self.plan = caller_directory(self.plan)
-        self.backend = select_backend(backend, self.plan)
+        # Native's probe is left to the launch (backends/__init__.py) unless on_start or
+        # the denial observer would see a first, failed launch.
+        self._backend_choice = backend
+        self._deferred = on_start is None and not self.policy.report_denials
+        self.backend = select_backend(backend, self.plan, deferred=self._deferred)
         base_env = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
         self._sandbox_env = self.policy.env.apply(base_env)
         # As bubblewrap does after its chdir: PWD names the sandbox's working directory.
@@ -232,10 +235,14 @@ class SandboxProcess(BackendPopen):
             self._observer.begin()
         try:
             child = self.backend.spawn(plan, launch)
-        except BaseException:
+        except BaseException as exc:
             if cgroups is not None:
                 cgroups.close()
-            raise
+            if not self._deferred:
+                raise
+            self._deferred = False   # the deferred check, once; a new launch from scratch
+            self.backend = after_failed_launch(self._backend_choice, self.backend, self.plan, exc)
+            return self._start_child(argv, stdin, stdout, stderr)
         if limits is not None:
             child = LimitedChild(child, limits, cgroups)
         try:

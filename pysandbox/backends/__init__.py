@@ -3,6 +3,12 @@
 ``auto`` picks native where the native backend can run the plan here, else bwrap
 where bwrap can, and logs the reason it passed native over. There is no silent
 fallback from an explicit choice, and no fallback to running unsandboxed.
+
+A launch may defer native's namespace probe (``select_backend(..., deferred=True)``):
+native is then chosen without its throwaway clone and launches directly; only when that
+launch fails before the command exists with a host-capability error does
+:func:`after_failed_launch` run the full check, and its answer decides as before (auto:
+bwrap with the same warning; an explicit native: the check's reason).
 """
 
 from __future__ import annotations
@@ -34,42 +40,79 @@ def get_backend(name: str):
     return backend
 
 
-def select_backend(name: str, plan):
+def select_backend(name: str, plan, deferred: bool = False):
     """The backend that will run ``plan``, checked. Raises the typed reason when none can.
 
-    Logs the choice and each check's time to the ``pysandbox`` logger at DEBUG
-    (``pysandbox --verbose``)."""
+    ``deferred``: native is checked without its namespace probe (the module loaded and
+    the plan translated only); the caller then owes :func:`after_failed_launch` any
+    error of its launch. Logs the choice and each check's time to the ``pysandbox``
+    logger at DEBUG (``pysandbox --verbose``)."""
     check_network_mode(plan.network)
     if name != "auto":
         backend = get_backend(name)
-        _checked(backend, plan, f"backend {name} (asked for)")
+        _checked(backend, plan, f"backend {name} (asked for)", deferred)
         return backend
     try:
         backend = get_backend("native")
-        _checked(backend, plan, "backend auto: native")
+        _checked(backend, plan, "backend auto: native", deferred)
         return backend
     except (BackendUnavailable, CapabilityUnavailable) as native_error:
-        try:
-            backend = get_backend("bwrap")
-            _checked(backend, plan, "backend auto: bwrap")
-        except (BackendUnavailable, CapabilityUnavailable):
-            raise native_error from None
-        from ..logs import logger   # here: a launch that logs nothing imports nothing for it
-        logger().warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
-        return backend
+        return _fallback(plan, native_error)
 
 
-def _checked(backend, plan, what: str) -> None:
-    """``backend.check(plan)``, logged with its time when someone listens (trace.py)."""
+def after_failed_launch(name: str, backend, plan, error: BaseException):
+    """The backend to launch ``plan`` with after ``backend`` (chosen by
+    ``select_backend(name, plan, deferred=True)``) failed with ``error``, or raises.
+
+    Only a native launch that failed before its command existed (``error.before_command``,
+    set by the native backend on a setup failure record or a failed clone) with a host
+    capability error (BackendUnavailable, CapabilityUnavailable) is looked at again: the
+    full check then runs, and what it raises is handled as ``select_backend`` handles it
+    (auto: bwrap, checked, with the same warning; an explicit native: the check's
+    error). When the check passes, the host can create the namespaces: ``error`` is the
+    plan's own failure and is raised as it came."""
+    if (backend.name != "native" or not getattr(error, "before_command", False)
+            or not isinstance(error, (BackendUnavailable, CapabilityUnavailable))):
+        raise error
+    try:
+        _checked(backend, plan, f"backend {name}: native, after its launch failed ({error.reason.value})")
+    except (BackendUnavailable, CapabilityUnavailable) as native_error:
+        if name != "auto":
+            raise
+        return _fallback(plan, native_error)
+    raise error
+
+
+def _fallback(plan, native_error):
+    """auto, native unavailable: bwrap, checked, with the warning; else native's error."""
+    try:
+        backend = get_backend("bwrap")
+        _checked(backend, plan, "backend auto: bwrap")
+    except (BackendUnavailable, CapabilityUnavailable):
+        raise native_error from None
+    from ..logs import logger   # here: a launch that logs nothing imports nothing for it
+    logger().warning("pysandbox: native backend unavailable (%s); using bwrap", native_error.reason.value)
+    return backend
+
+
+def _checked(backend, plan, what: str, deferred: bool = False) -> None:
+    """``backend.check(plan)`` (``deferred``: ``check(plan, probe=False)`` where the
+    backend has the option), logged with its time when someone listens (trace.py)."""
+    check = backend.check if not deferred or backend.name != "native" else _unprobed(backend)
     log = debug_logger()
     if log is None:
-        backend.check(plan)
+        check(plan)
         return
     started = clock()
     try:
-        backend.check(plan)
+        check(plan)
     except Exception as exc:
         log.debug("%s: unavailable after %.1f ms: %s", what, ms(started),
                   getattr(getattr(exc, "reason", None), "value", type(exc).__name__))
         raise
-    log.debug("%s: checked in %.1f ms", what, ms(started))
+    log.debug("%s: %s in %.1f ms", what, "checked" if check == backend.check else "prepared, probe deferred",
+              ms(started))
+
+
+def _unprobed(backend):
+    return lambda plan: backend.check(plan, probe=False)

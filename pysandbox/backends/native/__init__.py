@@ -220,9 +220,13 @@ class NativeBackend:
             self._ready[key] = ready
         return ready
 
-    def check(self, plan) -> None:
+    def check(self, plan, probe: bool = True) -> None:
         """Raise the typed error if this backend cannot run ``plan`` here. Cached per
         set of namespaces for the life of the process (one throwaway clone).
+        ``probe=False`` (a launch that defers the probe, backends/__init__.py): the module
+        loaded and the plan translated, and an answer already known for these namespaces
+        raised, but no clone: the launch itself shows what the probe would
+        (:meth:`spawn` marks such a failure ``before_command``).
 
         Raises:
             NativeModuleMissing: pysandbox._native cannot be imported.
@@ -236,7 +240,7 @@ class NativeBackend:
         flags = ready.compiled.clone_flags
         with self._lock:
             known = self._checked.get(flags, None)
-        if known is None:
+        if known is None and probe:
             err = lib.psb_probe(flags, PROBE_IDMAP)
             known = 0 if err == 0 else err
             with self._lock:
@@ -311,6 +315,11 @@ class NativeBackend:
             native_stamps.report(timed[0], ready.compiled.ops, log)
         if rc != 0:
             err = setup_error(ready.compiled, res.stage, res.op, res.err, exe, plan.namespaces)
+            # A failed clone (no child), or a setup step's failure record (written only
+            # before the command's execve, which reports STAGE_EXEC; psb_spawn then kills
+            # and reaps the child): the command never existed as such. Only these two
+            # stages are what check()'s probe would have caught (backends/__init__.py).
+            err.before_command = res.stage in (STAGE_CLONE, STAGE_OP)
             raise err from OSError(res.err, os.strerror(res.err) if res.err else "")
         if res.status_fd >= 0:
             os.set_blocking(res.status_fd, False)
