@@ -22,7 +22,6 @@ from .backends import after_failed_launch, select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
-from .egress import Egress, apply_proxy_env, check_callback
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
@@ -194,16 +193,17 @@ class SandboxProcess(BackendPopen):
         self._pty = (pty_socket, pty_stdio, pty_winsize)
         self.proxy = None
         net = self.plan.proxy
-        if net is not None:
-            # _proxy_resolver: tests only (names of test hosts in a network namespace the
-            # test made); the default is the engine's, the host's resolver. _proxy_tenants:
-            # a session's per-command credentials (pysandbox/session_proxy.py).
+        if net is not None:   # egress imported here: a launch without a proxy does not pay for it
+            from .egress import Egress, apply_proxy_env
+            # _proxy_resolver: tests only (test hosts in a network namespace the test made);
+            # _proxy_tenants: a session's per-command credentials (pysandbox/session_proxy.py).
             self.proxy = Egress(net.allow_hosts, on_event=on_proxy_event, resolver=_proxy_resolver,
                                 tenants=_proxy_tenants,
                                 head_timeout=net.head_timeout, idle_timeout=net.idle_timeout,
                                 max_connections=net.max_connections)
             apply_proxy_env(self._sandbox_env, self.proxy.port)
-        else:
+        elif on_proxy_event is not None:
+            from .egress import check_callback
             check_callback(on_proxy_event)
         # denials_by_session: a session's server (session.py): records per command's session
         self._observer = None

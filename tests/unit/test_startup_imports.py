@@ -90,12 +90,17 @@ def test_public_names_resolve_lazily_in_a_fresh_interpreter():
 # argparse and gettext (cli_fast.py reads it; issue 28).
 HEAVY = ("dataclasses", "inspect", "socket", "ctypes", "asyncio", "ssl")
 PARSER = ("argparse", "gettext")
+# Nor what only a failed native launch (its error mapping), a listener of the per-step
+# stamps (or --verbose) or a proxy reads (issue 28 item 5).
+ON_DEMAND = ("pysandbox.backends.native.native_errors", "pysandbox.backends.native.native_stamps",
+             "pysandbox.egress")
 RUN_CASES = [
     # the probe package (bwrap's probes) only for a native launch's error message
     # and the cgroup modules only with a limit
     pytest.param("pysandbox.cli", ["run", "--", "/bin/true"],
-                 HEAVY + PARSER + ("pysandbox.probe", "pysandbox.cgroup", "pysandbox.nproc"), id="pysandbox run"),
-    pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY + PARSER, id="pybwrap"),
+                 HEAVY + PARSER + ON_DEMAND + ("pysandbox.probe", "pysandbox.cgroup", "pysandbox.nproc"),
+                 id="pysandbox run"),
+    pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY + PARSER + ON_DEMAND, id="pybwrap"),
     pytest.param("pysandbox.cli", ["run", "--backend", "bwrap", "--", "/bin/true"],
                  tuple(m for m in HEAVY if m != "ctypes"),
                  id="pysandbox run --backend bwrap", marks=pytest.mark.requires("bwrap")),
@@ -116,7 +121,20 @@ def test_control_a_proxy_launch_does_import_socket():
     got = loaded("main(['run', '--network', 'proxy', '--allow-host', 'pypi.test', '--', '/bin/true'])",
                  setup="from pysandbox.cli import main\n")
     assert got["code"] in (0, None), got["out"]
-    assert "socket" in got["modules"]
+    assert "socket" in got["modules"] and "pysandbox.egress" in got["modules"]
+
+
+@pytest.mark.requires("native")
+def test_control_a_failed_or_verbose_native_launch_imports_what_it_reads():
+    """ON_DEMAND's control: a command that cannot be executed maps its failure record
+    (native_errors); --verbose logs the launch's steps (native_stamps)."""
+    failed = loaded("main(['run', '--backend', 'native', '--', '/nonexistent/cmd'])",
+                    setup="from pysandbox.cli import main\n")
+    assert failed["code"] not in (0, None) and "pysandbox.backends.native.native_errors" in failed["modules"]
+    verbose = loaded("main(['--verbose', 'run', '--backend', 'native', '--', '/bin/true'])",
+                     setup="from pysandbox.cli import main\n")
+    assert verbose["code"] in (0, None), verbose["out"]
+    assert "pysandbox.backends.native.native_stamps" in verbose["modules"]
 
 
 @pytest.mark.requires("native")

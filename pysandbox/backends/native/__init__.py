@@ -23,6 +23,7 @@ cloning thread: die-with-parent then means the process.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from ... import plan as P
@@ -30,10 +31,8 @@ from ...execpath import exec_candidates
 from ..base import BackendStatus, Launch, pack_winsize
 # The cffi module: one loader, its ABI checked at load.
 from .. import landlock, monitor
-from . import native_stamps
 from .._native_lib import (FORWARDED_SIGNAL_MASK, NO_EXEC_INIT_ENV, load_module,  # noqa: F401
                           has_mount_setattr, init_fd)
-from .native_errors import namespace_error, setup_error
 from .native_host import read_host, read_mountpoints  # noqa: F401  (re-exported)
 # The op array's names, re-exported: the tests and the module loader read them here.
 from ..native_ops import (CLONE_FLAGS, F_BIND, F_CURRENT_IDS, F_DEV, F_IF_WRITABLE, F_LIFELINE,  # noqa: F401
@@ -246,6 +245,7 @@ class NativeBackend:
             with self._lock:
                 self._checked[flags] = known
         if known:
+            from .native_errors import namespace_error   # here: only a failure reads it
             raise namespace_error(plan.namespaces, known)
 
     # -- per launch -----------------------------------------------------------------
@@ -298,7 +298,11 @@ class NativeBackend:
         # as_pid_1: the launcher's lifetime monitor (fails closed without pidfds)
         L.monitor = int(monitor.wanted(plan))
         L.monitor_exe = init_fd() if L.monitor else -1
-        timed = native_stamps.page(ffi, lib) if log is not None or native_stamps.listeners else None
+        # Step stamps only for a listener (which imported native_stamps) or the debug log.
+        stamps = sys.modules.get(f"{__name__}.native_stamps")
+        if log is not None and stamps is None:
+            from . import native_stamps as stamps
+        timed = stamps.page(ffi, lib) if stamps is not None and (log is not None or stamps.listeners) else None
         if timed is not None:
             L.stamps = timed[1]
         res = ffi.new("struct psb_result *")
@@ -312,8 +316,9 @@ class NativeBackend:
                       len(ready.compiled.ops), (prepared - started) * 1e3, ms(prepared),
                       "" if rc == 0 else f": failed at native op {res.op}")
         if timed is not None:
-            native_stamps.report(timed[0], ready.compiled.ops, log)
+            stamps.report(timed[0], ready.compiled.ops, log)
         if rc != 0:
+            from .native_errors import setup_error   # here: only a failure reads it
             err = setup_error(ready.compiled, res.stage, res.op, res.err, exe, plan.namespaces)
             # A failed clone (no child), or a setup step's failure record (written only
             # before the command's execve, which reports STAGE_EXEC; psb_spawn then kills
