@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from pysandbox.probe import host
-
+from . import hostfacts as host
 from .args import BwrapArgs, usage_error
+
 
 def check(args: BwrapArgs, real_uid: int | None = None, real_gid: int | None = None,
           userns_try: bool | None = None) -> BwrapArgs:

@@ -21,10 +21,10 @@ from pysandbox.errors import BwrapArgumentError, BwrapOptionUnsupported, PolicyE
 from pysandbox.policy import (CAPABILITIES, Bind, Chmod, Dev, Dir, Env, File, Mqueue, Network, Overlay, Policy,
                               Proc, RemountRo, Symlink, Tmpfs)
 from pysandbox import view
-from pysandbox.probe import host
 from pysandbox.plan import PROC_READONLY
 from pysandbox.records import dataclass
 
+from . import hostfacts as host
 from .args import BwrapArgs, CAP_NAMES, read_fd_default
 
 NS_INFO_ORDER = ("cgroup", "ipc", "mnt", "net", "pid", "uts")

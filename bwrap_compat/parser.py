@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 
 from pysandbox.errors import BwrapArgumentError
-from pysandbox.probe import host
 
+from . import hostfacts as host
 from .args import (ALL_CAPS, CAP_NAMES, MAX_ARGS, MAX_TMPFS_BYTES, OVERLAY_SRC_ORPHAN,  # noqa: F401
                    PERMS_DEFAULT, ULONG_MAX, BwrapArgs, FsOp, usage_error, c_strtol, cap_from_name,
                    parse_int_arg, read_fd_default)

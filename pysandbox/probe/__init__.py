@@ -63,7 +63,7 @@ def run_probe(argv: list[str], *, pass_fds=(), env: dict | None = None,
     Raises:
         OSError: ``argv[0]`` cannot be executed.
     """
-    import subprocess   # here, as shutil: pybwrap's parser imports this package for probe.host
+    import subprocess   # here, as shutil: off the paths that import this package for one helper
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, close_fds=True, pass_fds=tuple(pass_fds),
                             env=env if env is not None else _probe_env())
