@@ -15,15 +15,11 @@ from collections.abc import Iterable
 from .checks import (CAPABILITIES, IMPLEMENTED_NETWORK_MODES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
                      check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,
                      validated)
-from .credentials import default_hides
-from .gitmeta import default_binds as default_git_binds
-from .launcher_files import default_binds as default_launcher_binds
 from .environment import Env  # noqa: F401 - part of the Policy's vocabulary
 from .errors import PolicyError, Reason
 # The filesystem operations are part of the Policy's vocabulary: importable from here.
 from .fs import (FS_OP_TYPES, Bind, Chmod, Dev, Dir, File, FsOp, Hide, Mqueue, Overlay,  # noqa: F401
                  Proc, RemountRo, Symlink, Tmpfs, check_bind_source, check_overlay_sources, fs_dest)
-from .home import scratch_items, visible_hides
 from .limits import Limits
 from .seccomp import caller_programs, opt_in_calls
 from .records import dataclass, field, replace
@@ -289,6 +285,12 @@ class Policy:
             overrides.setdefault("chdir", wd)
         if overrides.get("chdir") is not None:   # relative: to the workdir, else /
             overrides["chdir"] = in_sandbox(overrides["chdir"], wd)
+        # The default's protections, imported here: a Policy built field by field (pybwrap's)
+        # does not load them.
+        from .credentials import default_hides
+        from .gitmeta import default_binds as default_git_binds
+        from .home import scratch_items, visible_hides
+        from .launcher_files import default_binds as default_launcher_binds
         scratch = scratch_items(overrides.pop("home", "host"), overrides.pop("home_files", ()))   # home.py
         items += scratch
         for path in _paths(tmpfs, "tmpfs"):

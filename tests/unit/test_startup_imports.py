@@ -92,6 +92,7 @@ HEAVY = ("dataclasses", "inspect", "socket", "ctypes", "asyncio", "ssl")
 PARSER = ("argparse", "gettext")
 # Nor what only a failed native launch (its error mapping), a listener of the per-step
 # stamps (or --verbose) or a proxy reads (issue 28 item 5).
+DEFAULT_POLICY = ("pysandbox.credentials", "pysandbox.gitmeta", "pysandbox.home", "pysandbox.launcher_files")
 ON_DEMAND = ("pysandbox.backends.native.native_errors", "pysandbox.backends.native.native_stamps",
              "pysandbox.egress")
 RUN_CASES = [
@@ -100,9 +101,10 @@ RUN_CASES = [
     pytest.param("pysandbox.cli", ["run", "--", "/bin/true"],
                  HEAVY + PARSER + ON_DEMAND + ("pysandbox.probe", "pysandbox.cgroup", "pysandbox.nproc"),
                  id="pysandbox run"),
-    # pybwrap's host facts are its own (bwrap_compat/hostfacts.py), not the probe package's
-    pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], HEAVY + PARSER + ON_DEMAND + ("pysandbox.probe",),
-                 id="pybwrap"),
+    # pybwrap's host facts are its own (bwrap_compat/hostfacts.py), not the probe package's;
+    # its Policy is built field by field: Policy.default's protections stay out
+    pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"],
+                 HEAVY + PARSER + ON_DEMAND + ("pysandbox.probe",) + DEFAULT_POLICY, id="pybwrap"),
     pytest.param("pysandbox.cli", ["run", "--backend", "bwrap", "--", "/bin/true"],
                  tuple(m for m in HEAVY if m != "ctypes"),
                  id="pysandbox run --backend bwrap", marks=pytest.mark.requires("bwrap")),
@@ -145,3 +147,11 @@ def test_control_a_launch_with_an_option_does_import_argparse():
     got = loaded("main(['run', '--network', 'deny', '--', '/bin/true'])", setup="from pysandbox.cli import main\n")
     assert got["code"] in (0, None), got["out"]
     assert "argparse" in got["modules"] and "gettext" in got["modules"]
+
+
+@pytest.mark.requires("native")
+def test_control_pysandbox_run_imports_the_default_policys_protections():
+    """DEFAULT_POLICY's control: Policy.default (pysandbox run) does load them."""
+    got = loaded("main(['run', '--', '/bin/true'])", setup="from pysandbox.cli import main\n")
+    assert got["code"] in (0, None), got["out"]
+    assert [m for m in DEFAULT_POLICY if m not in got["modules"]] == []
