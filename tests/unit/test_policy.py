@@ -256,3 +256,18 @@ def test_allow_syscalls_names_only_the_calls_refused_by_default():
     with pytest.raises(PolicyError) as info:
         Policy(allow_syscalls=["io_uring_enter"])
     assert "allow_io_uring" in str(info.value)
+
+
+@given(st.text(alphabet=st.sampled_from("A_z9= \n\x00é"), max_size=6))
+@settings(max_examples=300)
+def test_env_names_are_judged_as_the_regex_judged_them(name):
+    """The name check without a regex (issue 28: start-up) accepts exactly what
+    ``re.match(r"^[^=\\x00]+$", name)`` accepted."""
+    import re
+    accepted = True
+    try:
+        Env(set=((name, "v"),))
+    except PolicyError as exc:
+        accepted = False
+        assert exc.reason is Reason.INVALID_VALUE
+    assert accepted == bool(re.match(r"^[^=\x00]+$", name))
