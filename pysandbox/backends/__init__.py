@@ -110,8 +110,8 @@ def _checked(backend, plan, what: str, deferred: bool = False) -> None:
         log.debug("%s: unavailable after %.1f ms: %s", what, ms(started),
                   getattr(getattr(exc, "reason", None), "value", type(exc).__name__))
         raise
-    log.debug("%s: %s in %.1f ms", what, "checked" if check == backend.check else "prepared, probe deferred",
-              ms(started))
+    log.debug("%s: checked in %.1f ms%s", what, ms(started),
+              "" if check == backend.check else " (its namespace probe left to the launch)")
 
 
 def _unprobed(backend):
