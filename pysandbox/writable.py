@@ -75,7 +75,8 @@ def _database_homes() -> frozenset[str]:
         except OSError:   # pragma: no cover - an unreadable database: the caller's homes only
             entries = []
         _DATABASE_HOMES.clear()
-        _DATABASE_HOMES[key] = frozenset(os.path.realpath(e.pw_dir) for e in entries if e.pw_dir.startswith("/"))
+        dirs = {e.pw_dir for e in entries if e.pw_dir.startswith("/")}   # many entries share one
+        _DATABASE_HOMES[key] = frozenset(os.path.realpath(d) for d in dirs)
     return _DATABASE_HOMES[key]
 
 
