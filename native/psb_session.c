@@ -32,8 +32,8 @@
  * launcher ignores a STARTED for a command that has its pid and any event for an id it
  * no longer waits for.
  *
- * Per command: a keeper, a child subreaper that dies with the server (forked now, or the
- * spare forked while idle: native/psb_session_spare.h); it starts the command with vfork semantics (clone CLONE_VM|CLONE_VFORK on a
+ * Per command: the server forks a keeper, a child subreaper that dies with the server;
+ * the keeper starts the command with vfork semantics (clone CLONE_VM|CLONE_VFORK on a
  * stack of its own: no copy of page tables; the keeper sleeps until the exec or the
  * exit, and a setup error comes back in its memory) (new session, die-with-keeper, the frame's descriptors
  * on their targets and nothing else, signals unblocked, chdir, exec of the candidates
@@ -139,9 +139,6 @@ static long chan = -1, sigfd = -1;
  * Without it, none (pysandbox/backends/landlock.py decides: a command that may mount,
  * on a kernel without Landlock's signal scope; or no Landlock at all). */
 static long landlock_kind;
-/* The spare keeper (native/psb_session_spare.h): pid (0: none), report pipe, socket. */
-static struct { long pid, rep, sock; } spare;
-static int spare_retry;   /* make one when none: set by each SPAWN, cleared by a failed fork */
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
 {
@@ -429,8 +426,6 @@ static int dirty;
 
 static int live_keeper(long pid)
 {
-    if (pid == spare.pid)   /* the spare keeper (native/psb_session_spare.h) */
-        return 1;
     for (int k = 0; k < MAX_CMDS; k++)
         if (cmds[k].rep >= 0 && cmds[k].keeper == pid)
             return 1;
@@ -487,14 +482,25 @@ static void sweep(void)
     dirty = killed;
 }
 
-/* A SPAWN's payload (h: its header) into strs; -1: malformed. Also a spare's copy's. */
-static int parse_spawn(const unsigned int *h, int nfds)
+static void spawn(const unsigned int *h, long *fds, int nfds)
 {
-    unsigned int ncand = h[3], nargv = h[4], nenv = h[5], len = h[7];
+    unsigned int id = h[2], ncand = h[3], nargv = h[4], nenv = h[5];
+    if (!session_limits_for(id, h[6])) {   /* native/psb_session_limits.h: fail closed */
+        put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_RLIMIT);
+        return;
+    }
+    unsigned int len = h[7];
+    unsigned int *targets = (unsigned int *)payload;
     unsigned long off = (unsigned long)nfds * 4;
     unsigned int want = 1 + ncand + nargv + nenv, got = 0;
-    if ((h[6] & ~SPAWN_LIMITED) != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len)
-        return -1;
+    int slot = -1;
+    for (int k = 0; k < MAX_CMDS && slot < 0; k++)
+        if (cmds[k].rep < 0)
+            slot = k;
+    if ((h[6] & ~SPAWN_LIMITED) != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
+        put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_USAGE);
+        return;
+    }
     payload[len] = 0;
     for (unsigned long p = off; p < len && got < want; got++) {
         strs[got + (got >= 1 + ncand + nargv)] = payload + p;   /* argv's NULL sits between */
@@ -502,59 +508,34 @@ static int parse_spawn(const unsigned int *h, int nfds)
             p++;
         p++;
     }
-    if (got != want)
-        return -1;
+    if (got != want) {
+        put_event(chan, E_FAILED, id, 22, PSB_TAIL_USAGE);
+        return;
+    }
     strs[1 + ncand + nargv] = 0;
     strs[1 + ncand + nargv + 1 + nenv] = 0;
-    return 0;
-}
-
-/* In a fresh keeper: the server's descriptors from its table (not the poll array, whose
- * entries may name descriptors reused since), but the channel (keeper_event's). */
-static void keeper_closes(void)
-{
-    sys6(NR_CLOSE, sigfd, 0, 0, 0, 0, 0);
-    for (int j = 0; j < MAX_CMDS; j++)
-        if (cmds[j].rep >= 0)
-            sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
-}
-
-#include "psb_session_spare.h"
-
-static void spawn(const unsigned int *h, long *fds, int nfds)
-{
-    unsigned int id = h[2], ncand = h[3], nargv = h[4];
-    if (!session_limits_for(id, h[6])) {   /* native/psb_session_limits.h: fail closed */
-        put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_RLIMIT);
-        return;
-    }
-    unsigned int *targets = (unsigned int *)payload;
-    int slot = -1;
-    for (int k = 0; k < MAX_CMDS && slot < 0; k++)
-        slot = cmds[k].rep < 0 ? k : -1;
-    if (parse_spawn(h, nfds) < 0) {
-        put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_USAGE);
-        return;
-    }
     if (slot < 0) {
         put_event(chan, E_FAILED, id, EAGAIN, PSB_TAIL_FORK);
         return;
     }
-    if (dirty)
-        sweep();
-    spare_retry = 1;   /* a SPAWN: a spare is wanted again (one that failed to fork too) */
-    if (spare_take(slot, h, fds, nfds))   /* native/psb_session_spare.h: no fork here */
-        return;
     int rp[2];
     long pe = sys6(NR_PIPE2, (long)rp, O_CLOEXEC | O_NONBLOCK, 0, 0, 0, 0);
     if (pe < 0) {
         put_event(chan, E_FAILED, id, (unsigned int)-pe, PSB_TAIL_FORK);
         return;
     }
+    if (dirty)
+        sweep();
     long k = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (k == 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
-        keeper_closes();
+        /* The server's descriptors, from its table (not the poll array, whose entries may
+         * name descriptors closed and reused since the poll), but the channel: the keeper
+         * reports to the launcher itself (keeper_event). */
+        sys6(NR_CLOSE, sigfd, 0, 0, 0, 0, 0);
+        for (int j = 0; j < MAX_CMDS; j++)
+            if (cmds[j].rep >= 0)
+                sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
         keeper(id, rp[1], ncand, nargv, nfds, targets, fds, h[1] == T_SPAWN_QUIET);
     }
     session_limits_forked();
@@ -709,10 +690,7 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
     for (int k = 0; k < MAX_CMDS; k++)
         cmds[k].rep = -1;
     put_event(chan, E_READY, 0, 0, 0);
-    spare_retry = 1;
     for (;;) {
-        if (spare_retry && !spare.pid)   /* between frames: no frame's descriptor in it */
-            spare_make();
         int n = 0;
         pfds[n++] = (struct pollfd){ (int)chan, POLLIN, 0 };
         pfds[n++] = (struct pollfd){ (int)sfd, POLLIN, 0 };
@@ -735,12 +713,8 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
             while (sys6(NR_READ, sfd, (long)info, sizeof info, 0, 0, 0) > 0)
                 ;
             int st, reaped = 0;
-            long who;   /* reaped: a spare that died unused goes (never live under a reused pid) */
-            while ((who = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0) {
+            while (sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0) > 0)
                 reaped = 1;
-                if (who == spare.pid)
-                    spare_drop();
-            }
             if (reaped && dirty)
                 sweep();
         }
