@@ -186,6 +186,8 @@ class Sandbox:
                                Reason.SESSION_UNAVAILABLE)
         self.id = "psb-" + uuid.uuid4().hex[:12]
         self._env_cache = None
+        self._env_encoder = W.EnvEncoder()   # the last environment's encoded strings
+        self._chdir = self.plan.chdir
         try:
             memfd = program_fd("psb-session", "psb_session_blob")
         except ProgramUnavailable as exc:
@@ -249,8 +251,8 @@ class Sandbox:
         """``cwd`` as an absolute path inside the sandbox (relative: to the policy's
         working directory; None: that directory)."""
         if cwd is None:
-            return caller_directory(self.plan).chdir if self._caller_start else self.plan.chdir
-        return sandbox_cwd(cwd, self.plan.chdir)
+            return caller_directory(self.plan).chdir if self._caller_start else self._chdir
+        return sandbox_cwd(cwd, self._chdir)
 
     def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, quiet: bool = False,
                limits=None) -> RemoteChild:
@@ -262,7 +264,7 @@ class Sandbox:
         try:
             frame_args = (cwd, exec_candidates(argv[0], env.get("PATH"), cwd), argv, env, targets)
             cid = next(ch.ids)
-            frame = W.spawn_frame(cid, *frame_args, quiet=quiet)
+            frame = W.spawn_frame(cid, *frame_args, quiet=quiet, encoder=self._env_encoder)
         except ValueError as exc:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
         cmd = Command()

@@ -93,9 +93,10 @@ class Channel:
 
     def read_events(self, timeout):
         try:
-            ready, _, _ = select.select([self.sock], [], [], timeout)
-            if not ready:
-                return [], None
+            if timeout is not None:   # none: the blocking recv alone (one syscall, as waitpid)
+                ready, _, _ = select.select([self.sock], [], [], timeout)
+                if not ready:
+                    return [], None
             data = self.sock.recv(65536)
         except OSError as exc:
             return [], SessionError(f"the session's socket failed ({exc})", Reason.SESSION_LOST)

@@ -47,10 +47,42 @@ class Event:
     b: int
 
 
+def _strings(strings) -> bytes:
+    """NUL-terminated, each encoded as os.fsencode does (at once).
+
+    Raises:
+        ValueError: a NUL inside one of them.
+    """
+    if not strings:
+        return b""
+    joined = "\0".join(strings)
+    if joined.count("\0") != len(strings) - 1:
+        raise ValueError("a NUL byte in the command, its environment or its working directory")
+    return joined.encode("utf-8", "surrogateescape") + b"\0"
+
+
+class EnvEncoder:
+    """The encoded strings of the environment last seen: a session's commands mostly run
+    with one environment, so each SPAWN pays one dict comparison instead of formatting
+    and encoding every variable (pysandbox/session.py keeps one per session)."""
+
+    def __init__(self):
+        self.last: tuple[dict, bytes] | None = None
+
+    def encode(self, env: dict[str, str]) -> bytes:
+        last = self.last
+        if last is not None and last[0] == env:
+            return last[1]
+        blob = _strings(list(map("=".join, env.items())))
+        self.last = (dict(env), blob)
+        return blob
+
+
 def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env: dict[str, str],
-                targets: list[int], quiet: bool = False) -> bytes:
+                targets: list[int], quiet: bool = False, encoder: EnvEncoder | None = None) -> bytes:
     """The SPAWN frame for command ``cid``; its descriptors (one per ``targets`` entry,
     in order) go as SCM_RIGHTS with it. ``quiet``: SPAWN_QUIET, no STARTED will come.
+    ``encoder``: the session's cache of the encoded environment.
 
     Raises:
         ValueError: a NUL in a string, too many descriptors, a target out of range, or
@@ -58,12 +90,8 @@ def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env:
     """
     if len(targets) > MAX_FDS or any(not 0 <= t <= MAX_TARGET_FD for t in targets) or len(set(targets)) != len(targets):
         raise ValueError(f"descriptor targets must be distinct, 0..{MAX_TARGET_FD}, at most {MAX_FDS}")
-    strings = [cwd, *candidates, *argv, *(f"{k}={v}" for k, v in env.items())]
-    joined = "\0".join(strings)
-    if joined.count("\0") != len(strings) - 1:
-        raise ValueError("a NUL byte in the command, its environment or its working directory")
-    blob = joined.encode("utf-8", "surrogateescape") + b"\0"   # os.fsencode, at once
-    payload = struct.pack(f"<{len(targets)}I", *targets) + blob
+    env_blob = (encoder or EnvEncoder()).encode(env)
+    payload = struct.pack(f"<{len(targets)}I", *targets) + _strings([cwd, *candidates, *argv]) + env_blob
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"the command and its environment exceed {MAX_PAYLOAD} bytes")
     return _HEADER.pack(MAGIC, SPAWN_QUIET if quiet else SPAWN, cid, len(candidates), len(argv), len(env), len(targets),
