@@ -167,6 +167,7 @@ static int psb_spawn_here(const struct psb_plan *plan, const struct psb_launch *
     res->pid = -1;
     res->status_fd = -1;
     res->monitor_pid = res->monitor_fd = -1;
+    res->mntns_fd = -1;
     res->stage = 0;
     res->op = -1;
     res->err = 0;
@@ -372,6 +373,8 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         close(status[1]);
     if (gate[0] >= 0)
         close(gate[0]);
+    if (!hops)   /* the teardown of its mounts off the caller's waitpid (psb_nsref.c) */
+        res->mntns_fd = psb_mntns_ref(plan, pid);
     if (pid > 0 && gate[1] >= 0 && !hops) {
         /* Our child, not yet reaped: its pidfd cannot name another process. */
         monitor_err = -psb_monitor_gate(launch, pid, gate[1], res);
@@ -415,6 +418,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         pid = sender;
         hopping = 0;
         if (--hops == 0) {
+            res->mntns_fd = psb_mntns_ref(plan, pid);
             if (launch->started_fd >= 0) {
                 int32_t v = (int32_t)pid;
                 (void)psb_write_all(launch->started_fd, (const char *)&v, sizeof v);
@@ -465,6 +469,9 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
 report:
+    if (res->mntns_fd >= 0)
+        close(res->mntns_fd);
+    res->mntns_fd = -1;
     psb_monitor_end(res);
     if (monitor_err != 0) {
         res->stage = PSB_STAGE_MONITOR;
@@ -584,6 +591,7 @@ int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, stru
         res->pid = -1;
         res->status_fd = -1;
         res->monitor_pid = res->monitor_fd = -1;
+        res->mntns_fd = -1;
         res->stage = PSB_STAGE_PIPE;
         res->op = -1;
         res->err = errno ? errno : EAGAIN;

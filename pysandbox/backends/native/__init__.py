@@ -51,12 +51,15 @@ NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
 class NativeChild:
     """The launched sandbox: ``pid`` is its outermost process (pid 1 of its pid
     namespace, or the command itself with as_pid_1, whose lifetime ``monitor`` holds,
-    :mod:`.monitor`)."""
+    :mod:`.monitor`). ``mntns_fd``: the launcher's reference to the sandbox's mount
+    namespace (native/psb_nsref.c), dropped on the executor's closer thread by close()."""
 
-    def __init__(self, pid: int, status_fd: int, monitor: monitor.Monitor | None = None):
+    def __init__(self, pid: int, status_fd: int, monitor: monitor.Monitor | None = None,
+                 mntns_fd: int = -1):
         self.pid = pid
         self._status_fd = status_fd
         self.monitor = monitor
+        self._mntns_fd = mntns_fd
 
     def returncode(self, wait_status: int) -> int:
         """The command's returncode: the init reports the command's raw wait status
@@ -84,10 +87,14 @@ class NativeChild:
 
     def close(self) -> None:
         """Called once ``pid`` was reaped (or the launch abandoned): the status pipe
-        closed, the monitor (as_pid_1) ended and reaped."""
+        closed, the monitor (as_pid_1) ended and reaped; the sandbox's unmounts happen
+        on the closer thread, not here."""
         fd, self._status_fd = self._status_fd, -1
         if fd >= 0:
             os.close(fd)
+        fd, self._mntns_fd = self._mntns_fd, -1
+        if fd >= 0:
+            load_module()[1].psb_close_later(fd)
         if self.monitor is not None:
             self.monitor.end()
 
@@ -166,8 +173,9 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
     if failed:
         if rc == 0:
             os.waitpid(res.pid, 0)
-            if res.status_fd >= 0:
-                os.close(res.status_fd)
+            for fd in (res.status_fd, res.mntns_fd):
+                if fd >= 0:
+                    os.close(fd)
             if res.monitor_pid > 0:
                 monitor.Monitor(res.monitor_pid, res.monitor_fd).end()
         raise failed[0]
@@ -315,7 +323,8 @@ class NativeBackend:
         if res.status_fd >= 0:
             os.set_blocking(res.status_fd, False)
         return NativeChild(res.pid, res.status_fd,
-                           monitor.Monitor(res.monitor_pid, res.monitor_fd) if res.monitor_pid > 0 else None)
+                           monitor.Monitor(res.monitor_pid, res.monitor_fd) if res.monitor_pid > 0 else None,
+                           res.mntns_fd)
 
     # -- status ---------------------------------------------------------------------
 
