@@ -136,14 +136,15 @@ void psb_close_later(int fd)
     if (fd < 0)
         return;
     pthread_mutex_lock(&psb_closer_mu);
-    if (psb_closer_n < PSB_CLOSER_MAX && psb_closer_start()) {
+    int queued = psb_closer_n < PSB_CLOSER_MAX && psb_closer_start();
+    if (queued) {
         psb_closer_q[psb_closer_n++] = fd;
         psb_closer_busy = 1;
-        pthread_cond_signal(&psb_closer_cv);
-        fd = -1;
     }
     pthread_mutex_unlock(&psb_closer_mu);
-    if (fd >= 0)
+    if (queued)
+        pthread_cond_signal(&psb_closer_cv);   /* after the unlock: the thread does not wake into a held lock */
+    else
         close(fd);
 }
 
