@@ -23,6 +23,7 @@ from ._popen import BackendPopen
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
 from .egress import Egress, apply_proxy_env, check_callback
+from .environment import EnvCache
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
@@ -73,6 +74,8 @@ def compiled(policy: Policy, *, allow_host_mountpoints: bool = False) -> _plan.P
 
 
 _cwd_plans: dict = {}
+# The one-shot launches' environment (os.environ with the policy's edits), reused while unchanged.
+_launch_env = EnvCache()
 
 
 def with_start_directory(plan: _plan.Plan, cwd) -> _plan.Plan:
@@ -175,8 +178,7 @@ class SandboxProcess(BackendPopen):
         elif policy is None:
             self.plan = caller_directory(self.plan)
         self.backend = select_backend(backend, self.plan)
-        base_env = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
-        self._sandbox_env = self.policy.env.apply(base_env)
+        self._sandbox_env = _launch_env.apply(self.policy.env, env)
         # As bubblewrap does after its chdir: PWD names the sandbox's working directory.
         # The one place PWD is set, for every backend and pybwrap.
         self._sandbox_env["PWD"] = self.plan.chdir

@@ -23,6 +23,7 @@ cloning thread: die-with-parent then means the process.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from ... import plan as P
@@ -45,6 +46,7 @@ from ...trace import clock, debug_logger, ms
 
 
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 # ---------------------------------------------------------------- the backend
 
@@ -182,6 +184,12 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
     return rc
 
 
+def _fs_encode(text: str) -> bytes:
+    """``text`` as os.fsencode encodes it; the encoding goes character by character, so
+    encoding a joined text gives the joined bytes."""
+    return text.encode(_FS_ENCODING, _FS_ERRORS)
+
+
 def _placing(procs_files, on_start):
     """``on_start``, after the sandbox's first process was written into each of
     ``procs_files`` (its cgroups), before any step of its setup runs."""
@@ -275,9 +283,13 @@ class NativeBackend:
         exe = launch.executable or argv[0]
         if plan.argv0 is not None:
             argv[0] = plan.argv0
-        argbuf = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
         env = launch.env   # PWD included (SandboxProcess sets it, as bwrap does)
-        envbuf = b"\0".join(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()) + b"\0"
+        try:   # str (SandboxProcess decodes both): one encode each, not one fsencode per string
+            argbuf = _fs_encode("\0".join(argv) + "\0")
+            envbuf = _fs_encode("\0".join([k + "=" + v for k, v in env.items()]) + "\0")
+        except TypeError:   # bytes among them
+            argbuf = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+            envbuf = b"\0".join(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()) + b"\0"
         # The one PATH rule (execpath.py): the child only tries these, in order.
         cands = exec_candidates(exe, env.get("PATH"), plan.chdir)
         keep = [ffi.new("char[]", argbuf), ffi.new("char[]", envbuf),
