@@ -436,6 +436,15 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         gate[1] = -1;
     }
     psb_stamp(launch, PSB_STAMP_EOF);
+    if (got == 0) {
+        /* Executed: the sandbox's processes have left the clone-time mount namespace
+         * for the one MOUNT_PRIVATE made (psb_tail.h); the old one's teardown goes to
+         * the closer thread, the reference follows them (best effort: a command already
+         * gone takes its namespace down in its exit, as without). */
+        int final = psb_mntns_ref(plan, pid);
+        psb_close_later(res->mntns_fd);
+        res->mntns_fd = final;
+    }
     if (got == 0 && hopping)
         got = 1;   /* EOF between the announcement and the new process's report: a failure */
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -184,6 +184,13 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
     return rc
 
 
+def drain_closes() -> None:
+    """Block until every mount namespace reference a reaped sandbox handed to the closer
+    thread is dropped (native/psb_nsref.c): for tests and benchmarks that count this
+    process's descriptors."""
+    load_module()[1].psb_close_drain()
+
+
 def _fs_encode(text: str) -> bytes:
     """``text`` as os.fsencode encodes it; the encoding goes character by character, so
     encoding a joined text gives the joined bytes."""
