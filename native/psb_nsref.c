@@ -95,13 +95,18 @@ static void psb_closer_parent(void)
 }
 
 /* atfork, in the forked child: the closer thread does not exist here; the queued
- * references (copies) are dropped now, never kept by a long-lived fork. */
+ * references (copies) are dropped now, never kept by a long-lived fork. The lock and
+ * the conditions start afresh (the parent's closer thread is a waiter of one). */
 static void psb_closer_child(void)
 {
     for (int k = 0; k < psb_closer_n; k++)
         close(psb_closer_q[k]);
     psb_closer_n = psb_closer_busy = psb_closer_started = 0;
-    pthread_mutex_unlock(&psb_closer_mu);
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER, idle = PTHREAD_COND_INITIALIZER;
+    psb_closer_mu = mu;
+    psb_closer_cv = cv;
+    psb_closer_idle = idle;
 }
 
 /* Called with psb_closer_mu held: the closer thread running, or 0 if it cannot be made. */
