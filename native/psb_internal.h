@@ -205,6 +205,7 @@ int psb_setup_entry(void *arg);
  * until the command was executed or a step failed. */
 int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res,
                          char **argv, char **envp);
+int psb_thread_start(void *(*fn)(void *), void *arg, size_t stack_size);
 
 /* psb_nsref.c */
 int psb_mntns_ref(const struct psb_plan *plan, pid_t pid);

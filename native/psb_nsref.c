@@ -117,19 +117,8 @@ static int psb_closer_start(void)
             return 0;
         psb_closer_atfork = 1;
     }
-    if (psb_closer_started)
-        return 1;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 64 * 1024);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t t;
-    psb_closer_started = pthread_create(&t, &attr, psb_closer_main, NULL) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
+    if (!psb_closer_started)
+        psb_closer_started = psb_thread_start(psb_closer_main, NULL, 64 * 1024) == 0;
     return psb_closer_started;
 }
 

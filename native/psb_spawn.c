@@ -548,6 +548,25 @@ static void *psb_worker_main(void *arg)
     return NULL;
 }
 
+/* Runs in the caller's process, any thread: a detached thread of ours running fn(arg),
+ * every signal blocked from its start (it never runs a handler of the caller's).
+ * 0 or an errno. */
+int psb_thread_start(void *(*fn)(void *), void *arg, size_t stack_size)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, stack_size);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the thread starts with all blocked */
+    pthread_t t;
+    int err = pthread_create(&t, &attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return err;
+}
+
 /* Runs in the caller's process, any thread. */
 static struct psb_worker *psb_worker_get(void)
 {
@@ -568,17 +587,7 @@ static struct psb_worker *psb_worker_get(void)
         return NULL;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 1024 * 1024);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the thread starts with all blocked */
-    pthread_t t;
-    int err = pthread_create(&t, &attr, psb_worker_main, w);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
+    int err = psb_thread_start(psb_worker_main, w, 1024 * 1024);
     if (err != 0) {
         free(w);
         errno = err;

@@ -19,6 +19,7 @@ import pysandbox
 from pysandbox import policy as PP
 from pysandbox.backends import native as N
 from pysandbox.errors import SetupError
+from tests.reliability.leaks import open_fds
 
 pytestmark = pytest.mark.requires("userns", "native")
 
@@ -28,15 +29,7 @@ LIST_FDS = [sys.executable, "-c", "import os\nfor n in os.listdir('/proc/self/fd
 
 def mnt_fds() -> dict[int, str]:
     """This process's descriptors naming a mount namespace: {fd: 'mnt:[inode]'}."""
-    out = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if link.startswith("mnt:["):
-            out[int(name)] = link
-    return out
+    return {fd: link for fd, link in open_fds() if link.startswith("mnt:[")}
 
 
 def waiting(**kw) -> pysandbox.SandboxProcess:
