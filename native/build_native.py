@@ -37,7 +37,7 @@ struct psb_launch {
 struct psb_tail_hdr { unsigned int magic; unsigned int abi; int nops; int strtab_len; int exec_mode; int gate_fd;
     int pty_fd; int pty_stdio; unsigned long pty_winsize; int proxy_fd; int notify_fd; };
 #define PSB_PLAN_MAGIC ...
-struct psb_result { int pid; int status_fd; int monitor_pid; int monitor_fd; int stage; int op; int err; };
+struct psb_result { int pid; int status_fd; int monitor_pid; int monitor_fd; int stage; int op; int err; int mntns_fd; };
 
 int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res);
 int psb_probe(unsigned long clone_flags, int what);
@@ -46,6 +46,8 @@ int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
 long psb_landlock_abi(void);
 int psb_monitor_start(int pid1_fd, int exe_fd, int *lifeline_fd);
+void psb_close_later(int fd);
+int psb_close_drain(void);
 size_t psb_bwrap_init_blob(const unsigned char **data);
 size_t psb_session_blob(const unsigned char **data);
 """
@@ -146,7 +148,7 @@ size_t psb_session_blob(const unsigned char **data)
 """
 
 # The executor's C files (psb_internal.h declares what they share).
-SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_landlock", "psb_child", "psb_spawn", "psb_probe")
+SOURCES = ("psb_util", "psb_mount", "psb_ops", "psb_landlock", "psb_child", "psb_spawn", "psb_nsref", "psb_probe")
 
 # The wheel's glibc floor (manylinux_2_17): native/psb_glibc.h, forced into every C file,
 # binds the libc functions versioned after glibc 2.17 to their first version; on x86_64

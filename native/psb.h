@@ -225,6 +225,9 @@ struct psb_result {
     int stage;
     int op;
     int err;
+    int mntns_fd;             /* the launcher's reference to the sandbox's mount namespace
+                                 (close-on-exec; native/psb_nsref.c): hand it to
+                                 psb_close_later once the sandbox was reaped; or -1 */
 };
 
 int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res);
@@ -234,4 +237,6 @@ int psb_init_memfd(void);
 int psb_probe_exec_init(int init_fd);
 long psb_landlock_abi(void);
 int psb_monitor_start(int pid1_fd, int exe_fd, int *lifeline_fd);
+void psb_close_later(int fd);
+int psb_close_drain(void);
 #endif

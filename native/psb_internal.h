@@ -1,5 +1,5 @@
 /* Internal declarations shared by the executor's C files (psb_util.c, psb_mount.c,
- * psb_ops.c, psb_child.c, psb_spawn.c, psb_probe.c); the public ones are in psb.h.
+ * psb_ops.c, psb_child.c, psb_spawn.c, psb_nsref.c, psb_probe.c); the public ones are in psb.h.
  *
  * pysandbox native executor.
  *
@@ -205,5 +205,9 @@ int psb_setup_entry(void *arg);
  * until the command was executed or a step failed. */
 int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, struct psb_result *res,
                          char **argv, char **envp);
+int psb_thread_start(void *(*fn)(void *), void *arg, size_t stack_size);
+
+/* psb_nsref.c */
+int psb_mntns_ref(const struct psb_plan *plan, pid_t pid);
 
 #endif

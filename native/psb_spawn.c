@@ -167,6 +167,7 @@ static int psb_spawn_here(const struct psb_plan *plan, const struct psb_launch *
     res->pid = -1;
     res->status_fd = -1;
     res->monitor_pid = res->monitor_fd = -1;
+    res->mntns_fd = -1;
     res->stage = 0;
     res->op = -1;
     res->err = 0;
@@ -372,6 +373,8 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         close(status[1]);
     if (gate[0] >= 0)
         close(gate[0]);
+    if (!hops)   /* the teardown of its mounts off the caller's waitpid (psb_nsref.c) */
+        res->mntns_fd = psb_mntns_ref(plan, pid);
     if (pid > 0 && gate[1] >= 0 && !hops) {
         /* Our child, not yet reaped: its pidfd cannot name another process. */
         monitor_err = -psb_monitor_gate(launch, pid, gate[1], res);
@@ -415,6 +418,7 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         pid = sender;
         hopping = 0;
         if (--hops == 0) {
+            res->mntns_fd = psb_mntns_ref(plan, pid);
             if (launch->started_fd >= 0) {
                 int32_t v = (int32_t)pid;
                 (void)psb_write_all(launch->started_fd, (const char *)&v, sizeof v);
@@ -432,6 +436,15 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
         gate[1] = -1;
     }
     psb_stamp(launch, PSB_STAMP_EOF);
+    if (got == 0) {
+        /* Executed: the sandbox's processes have left the clone-time mount namespace
+         * for the one MOUNT_PRIVATE made (psb_tail.h); the old one's teardown goes to
+         * the closer thread, the reference follows them (best effort: a command already
+         * gone takes its namespace down in its exit, as without). */
+        int final = psb_mntns_ref(plan, pid);
+        psb_close_later(res->mntns_fd);
+        res->mntns_fd = final;
+    }
     if (got == 0 && hopping)
         got = 1;   /* EOF between the announcement and the new process's report: a failure */
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -465,6 +478,9 @@ int psb_spawn_run(const struct psb_plan *plan, const struct psb_launch *launch, 
     while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
         ;
 report:
+    if (res->mntns_fd >= 0)
+        close(res->mntns_fd);
+    res->mntns_fd = -1;
     psb_monitor_end(res);
     if (monitor_err != 0) {
         res->stage = PSB_STAGE_MONITOR;
@@ -532,6 +548,25 @@ static void *psb_worker_main(void *arg)
     return NULL;
 }
 
+/* Runs in the caller's process, any thread: a detached thread of ours running fn(arg),
+ * every signal blocked from its start (it never runs a handler of the caller's).
+ * 0 or an errno. */
+int psb_thread_start(void *(*fn)(void *), void *arg, size_t stack_size)
+{
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, stack_size);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the thread starts with all blocked */
+    pthread_t t;
+    int err = pthread_create(&t, &attr, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return err;
+}
+
 /* Runs in the caller's process, any thread. */
 static struct psb_worker *psb_worker_get(void)
 {
@@ -552,17 +587,7 @@ static struct psb_worker *psb_worker_get(void)
         return NULL;
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 1024 * 1024);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);   /* the thread starts with all blocked */
-    pthread_t t;
-    int err = pthread_create(&t, &attr, psb_worker_main, w);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&attr);
+    int err = psb_thread_start(psb_worker_main, w, 1024 * 1024);
     if (err != 0) {
         free(w);
         errno = err;
@@ -584,6 +609,7 @@ int psb_spawn(const struct psb_plan *plan, const struct psb_launch *launch, stru
         res->pid = -1;
         res->status_fd = -1;
         res->monitor_pid = res->monitor_fd = -1;
+        res->mntns_fd = -1;
         res->stage = PSB_STAGE_PIPE;
         res->op = -1;
         res->err = errno ? errno : EAGAIN;

@@ -3,6 +3,7 @@ environment at launch (importable from :mod:`pysandbox.policy` and :mod:`pysandb
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from .checks import as_tuple, set_field, validated
@@ -79,6 +80,30 @@ class Env:
         for name, value in self.set:
             env[name] = value
         return env
+
+
+class EnvCache:
+    """One launcher's environments: ``Env.apply`` on the caller's ``os.environ`` is
+    reused while os.environ and the ``Env`` are unchanged (os.environ compared by its
+    underlying bytes mapping: one C-level dict comparison a launch, instead of decoding
+    and testing every variable again). A session keeps one; one-shot launches share one."""
+
+    def __init__(self):
+        self._entry = None   # (Env, os.environ's bytes mapping copied, the result)
+
+    def apply(self, ops: Env, env=None) -> dict[str, str]:
+        """A new dict: ``ops`` applied to ``env`` (None: os.environ; a mapping of str or
+        bytes, decoded as os does)."""
+        if env is not None:
+            return ops.apply({os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
+        data = getattr(os.environ, "_data", None)
+        entry = self._entry
+        if data is not None and entry is not None and entry[0] == ops and entry[1] == data:
+            return dict(entry[2])
+        applied = ops.apply(os.environ)
+        if data is not None:
+            self._entry = (ops, dict(data), dict(applied))
+        return applied
 
 
 def _check_env_name(name):

@@ -22,6 +22,7 @@ from .backends import after_failed_launch, select_backend
 from ._popen import BackendPopen
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
+from .environment import EnvCache
 from .lifecycle import KILL_GRACE, stop
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
@@ -72,6 +73,7 @@ def compiled(policy: Policy, *, allow_host_mountpoints: bool = False) -> _plan.P
 
 
 _cwd_plans: dict = {}
+_launch_env = EnvCache()   # the one-shot launches' environment (os.environ with the policy's edits), reused while unchanged
 
 
 def with_start_directory(plan: _plan.Plan, cwd) -> _plan.Plan:
@@ -172,13 +174,11 @@ class SandboxProcess(BackendPopen):
             self.plan = with_start_directory(self.plan, cwd)
         elif policy is None:
             self.plan = caller_directory(self.plan)
-        # Native's probe is left to the launch (backends/__init__.py) unless on_start or
-        # the denial observer would see a first, failed launch.
+        # Native's probe is left to the launch (backends/__init__.py) unless on_start or the denial observer would see a first, failed launch.
         self._backend_choice = backend
         self._deferred = on_start is None and not self.policy.report_denials
         self.backend = select_backend(backend, self.plan, deferred=self._deferred)
-        base_env = os.environ if env is None else {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
-        self._sandbox_env = self.policy.env.apply(base_env)
+        self._sandbox_env = _launch_env.apply(self.policy.env, env)
         # As bubblewrap does after its chdir: PWD names the sandbox's working directory.
         # The one place PWD is set, for every backend and pybwrap.
         self._sandbox_env["PWD"] = self.plan.chdir

@@ -32,6 +32,7 @@ from . import session_proto as W
 from . import session_proxy
 from ._popen import RemotePopen
 from .backends import landlock
+from .environment import EnvCache
 from .errors import PolicyError, Reason, SessionError
 from .execpath import exec_candidates
 from .lifecycle import KILL_GRACE, exited
@@ -185,7 +186,7 @@ class Sandbox:
                                "descendants through /proc: the policy needs Proc('/proc')",
                                Reason.SESSION_UNAVAILABLE)
         self.id = "psb-" + uuid.uuid4().hex[:12]
-        self._env_cache = None
+        self._env_cache = EnvCache()
         self._env_encoder = W.EnvEncoder()   # the last environment's encoded strings
         self._chdir = self.plan.chdir
         try:
@@ -222,18 +223,9 @@ class Sandbox:
 
     def command_env(self, env) -> dict:
         """A command's environment: ``env`` (None: os.environ) with the policy's edits.
-        For os.environ the result is reused while os.environ is unchanged (compared by
-        its underlying bytes mapping: one C-level dict comparison per command)."""
-        if env is not None:
-            return self.policy.env.apply({os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
-        data = getattr(os.environ, "_data", None)
-        cached = self._env_cache
-        if data is not None and cached is not None and cached[0] == data:
-            return dict(cached[1])
-        applied = self.policy.env.apply(os.environ)
-        if data is not None:
-            self._env_cache = (dict(data), dict(applied))
-        return applied
+        For os.environ the result is reused while os.environ is unchanged
+        (pysandbox/environment.py ``EnvCache``)."""
+        return self._env_cache.apply(self.policy.env, env)
 
     @property
     def observer(self):

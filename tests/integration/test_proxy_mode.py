@@ -20,7 +20,7 @@ import pytest
 
 import pysandbox
 from pysandbox.errors import PolicyError, Reason
-from tests.support import loopback, python_in_sandbox, tunnel
+from tests.support import loopback, python_in_sandbox, settled_fds, tunnel
 from tests.support.loopback import LoopbackServer
 
 pytestmark = pytest.mark.requires("userns")
@@ -205,7 +205,7 @@ def _socket_inodes() -> set[str]:
 
 
 def test_listener_thread_and_descriptors_are_gone_when_the_sandbox_ends(backend, tmp_path):
-    fds_before = set(os.listdir("/proc/self/fd"))
+    fds_before = settled_fds()
     assert _proxy_threads() == []
     # The listener's inode, read inside; held by this process while the sandbox runs.
     proc = pysandbox.Popen(["sh", "-c", "cat /proc/net/tcp; read x"], policy=_policy(tmp_path), backend=backend,
@@ -218,7 +218,7 @@ def test_listener_thread_and_descriptors_are_gone_when_the_sandbox_ends(backend,
     assert proc.returncode == 0
     assert inode not in _socket_inodes()
     assert _proxy_threads() == []
-    assert set(os.listdir("/proc/self/fd")) == fds_before
+    assert settled_fds() == fds_before
 
 
 def test_killed_sandbox_closes_its_proxy(backend, tmp_path):
@@ -238,12 +238,12 @@ def test_timeout_closes_the_proxy(backend, tmp_path):
 
 
 def test_failed_launch_closes_the_proxy(backend, tmp_path):
-    fds_before = set(os.listdir("/proc/self/fd"))
+    fds_before = settled_fds()
     assert _proxy_threads() == []
     with pytest.raises(FileNotFoundError):
         pysandbox.run(["/no/such/command"], policy=_policy(tmp_path), backend=backend)
     assert _proxy_threads() == []
-    assert set(os.listdir("/proc/self/fd")) == fds_before
+    assert settled_fds() == fds_before
 
 
 def test_callback_exception_does_not_break_the_proxy(backend, tmp_path):

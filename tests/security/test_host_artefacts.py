@@ -14,7 +14,7 @@ import pytest
 
 import pysandbox
 from pysandbox.policy import fs_dest
-from tests.support import hostcheck
+from tests.support import hostcheck, settled_fds
 from tests.support.policy_corpus import CASES
 from tests.support.world import World
 
@@ -32,7 +32,7 @@ EXTRA = [
 
 
 def _fds():
-    return sorted(os.listdir("/proc/self/fd"))
+    return sorted(settled_fds())
 
 
 def _children():

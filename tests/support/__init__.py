@@ -29,6 +29,18 @@ MUST_WORK = os.environ.get("PYSANDBOX_MUST_WORK") == "1"
 NEEDS_PREFIX = "needs "
 
 
+def settled_fds() -> set[str]:
+    """This process's descriptor numbers, once the native backend's closer thread has
+    closed what reaped sandboxes handed it (their mount namespaces' references,
+    native/psb_nsref.c: closed just after the reap, not in it)."""
+    try:
+        from pysandbox.backends.native import drain_closes
+        drain_closes()
+    except Exception:   # noqa: BLE001 - no native module here: nothing is queued
+        pass
+    return set(os.listdir("/proc/self/fd"))
+
+
 def need(cap: str, why: str) -> None:
     """Skip (or, under PYSANDBOX_MUST_WORK=1, fail) because the host lacks ``cap``."""
     msg = f"{NEEDS_PREFIX}{cap}: {why}"

@@ -44,18 +44,22 @@ from ...trace import clock, debug_logger, ms
 
 
 NO_MOUNT_SETATTR_ENV = "PYSANDBOX_NATIVE_NO_MOUNT_SETATTR"
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 # ---------------------------------------------------------------- the backend
 
 class NativeChild:
     """The launched sandbox: ``pid`` is its outermost process (pid 1 of its pid
     namespace, or the command itself with as_pid_1, whose lifetime ``monitor`` holds,
-    :mod:`.monitor`)."""
+    :mod:`.monitor`). ``mntns_fd``: the launcher's reference to the sandbox's mount
+    namespace (native/psb_nsref.c), dropped on the executor's closer thread by close()."""
 
-    def __init__(self, pid: int, status_fd: int, monitor: monitor.Monitor | None = None):
+    def __init__(self, pid: int, status_fd: int, monitor: monitor.Monitor | None = None,
+                 mntns_fd: int = -1):
         self.pid = pid
         self._status_fd = status_fd
         self.monitor = monitor
+        self._mntns_fd = mntns_fd
 
     def returncode(self, wait_status: int) -> int:
         """The command's returncode: the init reports the command's raw wait status
@@ -83,10 +87,14 @@ class NativeChild:
 
     def close(self) -> None:
         """Called once ``pid`` was reaped (or the launch abandoned): the status pipe
-        closed, the monitor (as_pid_1) ended and reaped."""
+        closed, the monitor (as_pid_1) ended and reaped; the sandbox's unmounts happen
+        on the closer thread, not here."""
         fd, self._status_fd = self._status_fd, -1
         if fd >= 0:
             os.close(fd)
+        fd, self._mntns_fd = self._mntns_fd, -1
+        if fd >= 0:
+            load_module()[1].psb_close_later(fd)
         if self.monitor is not None:
             self.monitor.end()
 
@@ -165,12 +173,26 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
     if failed:
         if rc == 0:
             os.waitpid(res.pid, 0)
-            if res.status_fd >= 0:
-                os.close(res.status_fd)
+            for fd in (res.status_fd, res.mntns_fd):
+                if fd >= 0:
+                    os.close(fd)
             if res.monitor_pid > 0:
                 monitor.Monitor(res.monitor_pid, res.monitor_fd).end()
         raise failed[0]
     return rc
+
+
+def drain_closes() -> None:
+    """Block until every mount namespace reference a reaped sandbox handed to the closer
+    thread is dropped (native/psb_nsref.c): for tests and benchmarks that count this
+    process's descriptors."""
+    load_module()[1].psb_close_drain()
+
+
+def _fs_encode(text: str) -> bytes:
+    """``text`` as os.fsencode encodes it; the encoding goes character by character, so
+    encoding a joined text gives the joined bytes."""
+    return text.encode(_FS_ENCODING, _FS_ERRORS)
 
 
 def _placing(procs_files, on_start):
@@ -271,9 +293,13 @@ class NativeBackend:
         exe = launch.executable or argv[0]
         if plan.argv0 is not None:
             argv[0] = plan.argv0
-        argbuf = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
         env = launch.env   # PWD included (SandboxProcess sets it, as bwrap does)
-        envbuf = b"\0".join(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()) + b"\0"
+        try:   # str (SandboxProcess decodes both): one encode each, not one fsencode per string
+            argbuf = _fs_encode("\0".join(argv) + "\0")
+            envbuf = _fs_encode("\0".join([k + "=" + v for k, v in env.items()]) + "\0")
+        except TypeError:   # bytes among them
+            argbuf = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+            envbuf = b"\0".join(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()) + b"\0"
         # The one PATH rule (execpath.py): the child only tries these, in order.
         cands = exec_candidates(exe, env.get("PATH"), plan.chdir)
         keep = [ffi.new("char[]", argbuf), ffi.new("char[]", envbuf),
@@ -329,7 +355,8 @@ class NativeBackend:
         if res.status_fd >= 0:
             os.set_blocking(res.status_fd, False)
         return NativeChild(res.pid, res.status_fd,
-                           monitor.Monitor(res.monitor_pid, res.monitor_fd) if res.monitor_pid > 0 else None)
+                           monitor.Monitor(res.monitor_pid, res.monitor_fd) if res.monitor_pid > 0 else None,
+                           res.mntns_fd)
 
     # -- status ---------------------------------------------------------------------
 
