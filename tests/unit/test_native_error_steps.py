@@ -15,6 +15,7 @@ import pytest
 
 from pysandbox import plan as P
 from pysandbox.backends import native as N
+from pysandbox.backends.native.native_errors import setup_error
 from tests.support.policy_corpus import CASES
 from tests.support.world import World
 
@@ -33,7 +34,7 @@ def world():
 def _failures(plan):
     ops = N.translate(plan)
     packed = N.pack(plan, ops)
-    return [(op, N.setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)) for i, op in enumerate(ops)]
+    return [(op, setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)) for i, op in enumerate(ops)]
 
 
 @pytest.mark.parametrize("name,build", CASES, ids=[c[0] for c in CASES])

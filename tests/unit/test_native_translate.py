@@ -15,6 +15,7 @@ from pysandbox import plan as P
 from pysandbox import policy as PP
 from pysandbox.backends import landlock
 from pysandbox.backends import native as N
+from pysandbox.backends.native.native_errors import setup_error
 from pysandbox.backends.native_ops import BWRAP_PROC_RO
 from pysandbox.errors import CapabilityUnavailable, Reason, UserNamespaceUnavailable
 
@@ -162,23 +163,23 @@ def test_error_mapping():
     plan = _plan()
     ops = N.translate(plan)
     packed = N.pack(plan, ops)
-    exc = N.setup_error(packed, N.STAGE_EXEC, -1, errno.ENOENT, "nope", plan.namespaces)
+    exc = setup_error(packed, N.STAGE_EXEC, -1, errno.ENOENT, "nope", plan.namespaces)
     assert isinstance(exc, FileNotFoundError) and exc.filename == "nope"
-    assert isinstance(N.setup_error(packed, N.STAGE_EXEC, -1, errno.EACCES, "x", plan.namespaces), PermissionError)
+    assert isinstance(setup_error(packed, N.STAGE_EXEC, -1, errno.EACCES, "x", plan.namespaces), PermissionError)
     i = next(i for i, op in enumerate(ops) if op.kind == "MOUNT" and op.c == "proc")
-    exc = N.setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)
+    exc = setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)
     assert isinstance(exc, CapabilityUnavailable) and exc.reason is Reason.PROC_MOUNT_FAILED
     assert (exc.stage, exc.errno, exc.filename, exc.op) == ("proc", errno.EPERM, "/proc", ops[i].plan_index)
     assert isinstance(plan.ops[exc.op], P.MountProc)
     i = next(i for i, op in enumerate(ops) if op.kind == "LOOPBACK")
-    assert N.setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces).reason is \
+    assert setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces).reason is \
         Reason.LOOPBACK_SETUP_FAILED
     i = next(i for i, op in enumerate(ops) if op.kind == "IDMAP")
-    assert isinstance(N.setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces), UserNamespaceUnavailable)
-    died = N.setup_error(packed, N.STAGE_PARENT_DIED, 2, errno.ESRCH, "x", plan.namespaces)
+    assert isinstance(setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces), UserNamespaceUnavailable)
+    died = setup_error(packed, N.STAGE_PARENT_DIED, 2, errno.ESRCH, "x", plan.namespaces)
     assert died.reason is Reason.PARENT_DIED
     i = next(i for i, op in enumerate(ops) if op.kind == "BIND")
-    bind = N.setup_error(packed, N.STAGE_OP, i, errno.EINVAL, "x", plan.namespaces)
+    bind = setup_error(packed, N.STAGE_OP, i, errno.EINVAL, "x", plan.namespaces)
     assert bind.reason is Reason.SETUP_FAILED and bind.stage == "bind" and bind.filename == "/"
 
 

@@ -19,6 +19,7 @@ from pysandbox import probe
 from pysandbox.backends.bwrap import bwrap_render as B
 from pysandbox.backends.bwrap import BwrapBackend
 from pysandbox.backends import native as N
+from pysandbox.backends.native.native_errors import setup_error
 from pysandbox.errors import BackendUnavailable, BwrapOptionUnsupported, PolicyError, Reason, SetupError
 from pysandbox.policy import Bind, Dir, Overlay, Policy, Tmpfs
 
@@ -214,13 +215,13 @@ def test_eloop_is_bwraps_overlap_message(layers):
     ops = N.translate(plan, base="/tmp")
     packed = N.pack(plan, ops)
     i = next(k for k, op in enumerate(ops) if op.kind == "MOUNT" and op.stage == "overlay")
-    exc = N.setup_error(packed, N.STAGE_OP, i, errno.ELOOP, "x", plan.namespaces)
+    exc = setup_error(packed, N.STAGE_OP, i, errno.ELOOP, "x", plan.namespaces)
     assert isinstance(exc, SetupError) and exc.reason is Reason.SETUP_FAILED
     assert (exc.stage, exc.errno, exc.filename) == ("overlay", errno.ELOOP, "/o")
     assert "Overlay directories may not overlap" in str(exc) and "Too many levels" not in str(exc)
     assert bcli.bwrap_message(exc) == (f"Can't make overlay mount on /newroot/o with options {ops[i].d}: "
                                        "Overlay directories may not overlap")
-    other = N.setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)
+    other = setup_error(packed, N.STAGE_OP, i, errno.EPERM, "x", plan.namespaces)
     assert "Operation not permitted" in str(other) and OVERLAP not in str(other)
     assert bcli.bwrap_message(other).endswith(": Operation not permitted")
 

@@ -341,7 +341,7 @@ class NativeBackend:
             log.debug("native: %d ops (translated in %.1f ms); clone, setup and exec in %.1f ms%s",
                       len(ready.compiled.ops), (prepared - started) * 1e3, ms(prepared),
                       "" if rc == 0 else f": failed at native op {res.op}")
-        if timed is not None:
+        if timed is not None and stamps is not None:
             stamps.report(timed[0], ready.compiled.ops, log)
         if rc != 0:
             from .native_errors import setup_error   # here: only a failure reads it
