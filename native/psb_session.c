@@ -294,7 +294,7 @@ static void __attribute__((noreturn, used)) command(struct cmd_args *a)
     long r = session_limits_apply(&rl_index);   /* native/psb_session_limits.h */
     if (r < 0)
         cmd_fail((unsigned int)-r, PSB_TAIL_RLIMIT | rl_index << 16);
-    r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
+    r = landlock_kind ? psb_landlock_self(landlock_kind, (const int *)targets, nfds) : 0;
     if (r < 0)
         cmd_fail((unsigned int)-r, PSB_TAIL_LANDLOCK);
     r = sys6(NR_CHDIR, (long)strs[0], 0, 0, 0, 0, 0);

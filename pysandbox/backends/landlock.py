@@ -5,17 +5,25 @@ The domain keeps everything the command starts away from the sandbox's init (no 
 no /proc/PID/{mem,environ,fd,ns}, no pidfd_getfd), so the init can be dumpable: its
 owner reads it as with bwrap's pid 1 (docs/ARCHITECTURE.md, "Who can reach pid 1"):
 
+* ``SIGNAL_FS``: both below, for a command that cannot mount (``Plan.command_may_mount``),
+  wherever the kernel has the signal scope (ABI 6).
 * ``SIGNAL``: handles no access right, scopes signals (ABI 6): mount, pivot_root and
   nested sandboxes work; the command cannot signal a process outside its domain (the
   init, a session's server and keepers: a command that could SIGSTOP its keeper could
-  hold its own end). Every command, wherever the kernel has it (one rule for every
-  path: a kind decided per path once left a session's keeper signalable).
-* ``FS``: handles making a block device only (Landlock ABI 1), on kernels before ABI
-  6. A domain that handles any filesystem right forbids mount and pivot_root, so only
-  for a command that cannot mount (``Plan.command_may_mount``).
+  hold its own end). Every command gets the signal scope wherever the kernel has it (one
+  rule for every path: a kind decided per path once left a session's keeper signalable).
+* ``FS``: handles every filesystem right of the kernel's ABI (1 to 5: its own), all granted
+  beneath the sandbox's root and, on each descriptor the command is given, what that
+  descriptor's open mode allows: nothing changes inside the sandbox's tree, but a file
+  outside it reached through a magic link (``/proc/self/fd/0``, ``/dev/stdin``) opens with
+  no more than its descriptor allows (a read-only stdin cannot be reopened for writing:
+  the caller's file). A domain that handles any filesystem right forbids mount and
+  pivot_root, so only for a command that cannot mount (native/psb_landlock.h).
 * ``NONE``: no Landlock, a command that may mount on a kernel before ABI 6, or
   ``PYSANDBOX_NO_LANDLOCK=1``: the init stays undumpable, as before Landlock.
 
+A command that may mount (nested sandboxes, ``CAP_SYS_ADMIN`` kept) is not protected
+against that reopening; nor is any command without Landlock (THREAT_MODEL.md).
 Without the signal scope a command can signal what holds its lifetime; nothing that
 ends a command depends on that (a session's server SIGKILLs a keeper itself).
 """
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-NONE, FS, SIGNAL = 0, 1, 2        # native/psb_landlock.h PSB_LANDLOCK_FS, PSB_LANDLOCK_SIGNAL
+NONE, FS, SIGNAL, SIGNAL_FS = 0, 1, 2, 3   # native/psb_landlock.h PSB_LANDLOCK_*
 SIGNAL_ABI = 6                    # struct landlock_ruleset_attr.scoped
 NO_LANDLOCK_ENV = "PYSANDBOX_NO_LANDLOCK"
 
@@ -53,12 +61,12 @@ def abi() -> int:
 
 
 def kind(may_mount: bool, abi_version: int | None = None) -> int:
-    """The command's domain (NONE, FS or SIGNAL) for a command that may or may not mount,
+    """The command's domain (NONE, FS, SIGNAL or SIGNAL_FS) for a command that may or may not mount,
     on a host of Landlock ABI ``abi_version`` (default: this host's, :func:`abi`).
     Fail closed: no domain means an undumpable init, never an init the command reaches."""
     v = abi() if abi_version is None else abi_version
     if v >= SIGNAL_ABI:
-        return SIGNAL
+        return SIGNAL if may_mount else SIGNAL_FS
     if v < 1 or may_mount:
         return NONE
     return FS
