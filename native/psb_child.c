@@ -34,13 +34,15 @@ static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
     psb_pid1_loop(cmd, status_fd, fwd_signals, 0);
 }
 
-/* The command's Landlock domain (native/psb_landlock.h), with a rule for each descriptor
- * it will be given: the caller's stdio and pass_fds (the sources, before psb_exec moves
- * them; a pty's slave is opened later from the sandbox's own devpts, inside the root). */
-static long psb_child_landlock(struct psb_child *c, long kind)
+/* The command's Landlock domain (native/psb_landlock.h): rules beneath the writable
+ * destinations of OP's list (in the new root: symlinks there may be followed, the
+ * command does not run yet; magic links never), and one for each descriptor it will be
+ * given: the caller's stdio and pass_fds (the sources, before psb_exec moves them; a
+ * pty's slave is opened later from the sandbox's own devpts, inside the root). */
+static long psb_child_landlock(struct psb_child *c, const struct psb_op *op)
 {
     const struct psb_launch *l = c->launch;
-    struct psb_ll ll = psb_landlock_create(kind);
+    struct psb_ll ll = psb_landlock_create(op->n, S(c, op->a), PSB_LL_RESOLVE_NO_MAGICLINKS);
     long r = 0;
     for (int i = 0; ll.rs >= 0 && i < 3 && r == 0; i++)
         r = psb_landlock_fd_rule(&ll, l->stdio[i]);
@@ -285,7 +287,7 @@ static void psb_child_main(struct psb_child *c, int start)
             r = tail(psb_tail_op(op, plan->strtab, c->launch->proxy_fd, c->launch->notify_fd));
             break;
         case PSB_OP_LANDLOCK:
-            r = tail(psb_child_landlock(c, op->n));
+            r = tail(psb_child_landlock(c, op));
             break;
         case PSB_OP_HOSTNAME:
             r = sethostname(P(c, op->a), strlen(P(c, op->a)));

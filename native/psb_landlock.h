@@ -15,19 +15,27 @@
  *
  * A domain must handle something. Which kind (pysandbox/backends/landlock.py decides,
  * once for every backend; docs/ARCHITECTURE.md, "Who can reach pid 1"):
- *   PSB_LANDLOCK_FS      (ABI 1) handles every filesystem right the kernel's ABI knows,
- *                        all granted again beneath the sandbox's root "/", and on each
- *                        descriptor the command is given, what that descriptor's open mode
- *                        already allows (psb_landlock_fd_rule). Inside the sandbox nothing
- *                        changes (the mounts decide). What it stops: a file outside the
- *                        sandbox's tree reached through a magic link (/proc/self/fd/N,
- *                        /dev/stdin) opened with more than its descriptor allows, e.g. a
- *                        read-only stdin reopened for writing (`echo x > /dev/stdin`: the
- *                        caller's file, written). A domain that handles any filesystem
- *                        right forbids mount and pivot_root: for a command that cannot
- *                        mount. (Round 3 handled one right only, MAKE_BLOCK; on ABI 2 to 5
- *                        that also refused every cross-directory rename: REFER is denied
- *                        by any domain that does not grant it.)
+ *   PSB_LANDLOCK_FS      (ABI 1) handles writing a file (WRITE_FILE; TRUNCATE from ABI 3;
+ *                        REFER from ABI 2, granted beneath "/": a domain that does not
+ *                        grant it refuses every cross-directory rename), granted beneath
+ *                        each WRITABLE mount destination of the plan (a NUL-separated
+ *                        list Python computes: pysandbox/backends/landlock.py
+ *                        writable_destinations) and on each descriptor the command is
+ *                        given that already allows it (psb_landlock_fd_rule: a write
+ *                        mode or O_PATH file, a directory). Reading, executing, making
+ *                        and removing are not handled: nothing changes for them. What it
+ *                        stops: a file the mounts do not make writable, reached through
+ *                        a magic link (/proc/self/fd/N, /dev/stdin: the path walk jumps
+ *                        to the host's own mount, read-write), opened for writing, e.g.
+ *                        a read-only stdin reopened (`echo x > /dev/stdin`: the caller's
+ *                        file, written); and a FIFO or device on a read-only mount opened
+ *                        for writing (EROFS covers regular files and directories only).
+ *                        Rules attach to inodes: a writable bind of a host directory
+ *                        covers that host directory's files reached any way (writable
+ *                        in the sandbox anyway); a writable bind of the host's "/"
+ *                        covers every host file (pybwrap --bind / /: such a policy is
+ *                        not protected). A domain that handles any filesystem right
+ *                        forbids mount and pivot_root: for a command that cannot mount.
  *   PSB_LANDLOCK_SIGNAL  (ABI 6) handles no access right and scopes signals: the command
  *                        cannot signal a process outside its domain (the init, a
  *                        session's server and keepers); mount, pivot_root and nested
@@ -49,15 +57,16 @@
 #define PSB_NR_LANDLOCK_ADD_RULE __NR_landlock_add_rule
 #define PSB_NR_LANDLOCK_RESTRICT_SELF __NR_landlock_restrict_self
 #define PSB_LANDLOCK_RULE_PATH_BENEATH 1
-#define PSB_LL_EXECUTE (1UL << 0)
-#define PSB_LL_WRITE_FILE (1UL << 1)
-#define PSB_LL_READ_FILE (1UL << 2)
-#define PSB_LL_ABI1 ((1UL << 13) - 1)                   /* EXECUTE .. MAKE_SYM */
+#define PSB_NR_OPENAT2 __NR_openat2
+#define PSB_NR_STATX __NR_statx
+#define PSB_LL_WRITE_FILE (1UL << 1)                    /* ABI 1 */
 #define PSB_LL_REFER (1UL << 13)                        /* ABI 2 */
 #define PSB_LL_TRUNCATE (1UL << 14)                     /* ABI 3 */
-#define PSB_LL_IOCTL_DEV (1UL << 15)                    /* ABI 5 */
-#define PSB_LL_FILE (PSB_LL_EXECUTE | PSB_LL_WRITE_FILE | PSB_LL_READ_FILE | PSB_LL_TRUNCATE | PSB_LL_IOCTL_DEV)
+#define PSB_LL_FILE (PSB_LL_WRITE_FILE | PSB_LL_TRUNCATE)   /* the handled rights a file takes */
 #define PSB_LANDLOCK_SCOPE_SIGNAL (1UL << 1)            /* ABI 6 */
+#define PSB_LL_RESOLVE_NO_MAGICLINKS 0x02               /* openat2 */
+#define PSB_LL_RESOLVE_NO_SYMLINKS 0x04
+#define PSB_LL_O_PATH 010000000
 
 #define PSB_LANDLOCK_FS 1                      /* the kinds; pysandbox/backends/landlock.py */
 #define PSB_LANDLOCK_SIGNAL 2
@@ -68,8 +77,92 @@ struct psb_ll {
     unsigned long handled;   /* the filesystem rights it handles (0: none) */
 };
 
-/* A ruleset of KIND, with the rule beneath "/" when it handles filesystem rights. */
-static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind)
+/* One PATH_BENEATH rule on FD: RIGHTS (of the handled ones) on a directory; on anything
+ * else the file rights among them (a file refuses directory rights: EINVAL). 0 or -errno. */
+static long __attribute__((unused)) psb_landlock_rule(const struct psb_ll *ll, long fd, unsigned long rights)
+{
+    struct __attribute__((packed)) {
+        unsigned long allowed_access;
+        int parent_fd;
+    } rule = { rights & ll->handled, (int)fd };
+    long r = psb_ll_sys(PSB_NR_LANDLOCK_ADD_RULE, ll->rs, PSB_LANDLOCK_RULE_PATH_BENEATH, (long)&rule, 0);
+    if (r == -22 /* EINVAL */ && (rule.allowed_access & ~PSB_LL_FILE)) {
+        rule.allowed_access &= PSB_LL_FILE;
+        r = rule.allowed_access ? psb_ll_sys(PSB_NR_LANDLOCK_ADD_RULE, ll->rs, PSB_LANDLOCK_RULE_PATH_BENEATH,
+                                             (long)&rule, 0) : 0;
+    }
+    return r;
+}
+
+/* The file type (S_IFMT bits) of FD itself (a symlink's own with O_PATH), or -errno. */
+static long __attribute__((unused)) psb_ll_type(long fd)
+{
+    /* struct statx: stx_mode (u16) at byte 28 */
+    unsigned char stx[256] __attribute__((aligned(8)));
+    long r = psb_sys(PSB_NR_STATX, fd, (long)"", 0x1000 | 0x100 /* AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW */,
+                     1 /* STATX_TYPE */, (long)stx);
+    return r < 0 ? r : (long)(*(unsigned short *)(void *)(stx + 28) & 0170000);
+}
+
+/* Absolute PATH opened O_PATH one component at a time, following no symlink (magic
+ * links included): openat2's RESOLVE_NO_SYMLINKS where a seccomp filter already refuses
+ * openat2 (a session's command: pysandbox/seccomp.py). "." and ".." are refused (EINVAL).
+ * The descriptor or -errno. */
+static long __attribute__((unused)) psb_ll_open_nofollow(const char *path)
+{
+    const long o_path = PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */ | 0400000 /* O_NOFOLLOW */;
+    long fd = psb_ll_sys(PSB_NR_OPENAT, -100, (long)"/", o_path | 0200000 /* O_DIRECTORY */, 0);
+    const char *p = path;
+    char name[256];
+    while (fd >= 0) {
+        while (*p == '/')
+            p++;
+        if (!*p)
+            break;
+        int n = 0;
+        for (; p[n] && p[n] != '/'; n++)
+            if (n < (int)sizeof name - 1)
+                name[n] = p[n];
+        name[n < (int)sizeof name - 1 ? n : (int)sizeof name - 1] = 0;
+        p += n;
+        while (*p == '/')
+            p++;
+        long next = -36;   /* ENAMETOOLONG */
+        if (n < (int)sizeof name && !(name[0] == '.' && (!name[1] || (name[1] == '.' && !name[2]))))
+            next = psb_ll_sys(PSB_NR_OPENAT, fd, (long)name, o_path | (*p ? 0200000 : 0), 0);
+        else if (n < (int)sizeof name)
+            next = -22;   /* EINVAL */
+        psb_ll_sys(PSB_NR_CLOSE, fd, 0, 0, 0);
+        fd = next;
+        if (fd >= 0 && !*p && psb_ll_type(fd) == 0120000 /* S_IFLNK */) {
+            psb_ll_sys(PSB_NR_CLOSE, fd, 0, 0, 0);
+            fd = -40;   /* ELOOP */
+        }
+    }
+    return fd;
+}
+
+/* The rule beneath PATH: every handled right (a writable mount's destination). Opened
+ * with RESOLVE: never through a magic link (openat2); with RESOLVE_NO_SYMLINKS, through
+ * no symlink at all (a session's command: another command could have swapped one into a
+ * writable parent; psb_ll_open_nofollow). 0 or -errno. */
+static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *ll, const char *path, unsigned long resolve)
+{
+    unsigned long how[3] = { PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */, 0, resolve };
+    long fd = resolve & PSB_LL_RESOLVE_NO_SYMLINKS ? psb_ll_open_nofollow(path)
+              : psb_ll_sys(PSB_NR_OPENAT2, -100 /* AT_FDCWD */, (long)path, (long)how, sizeof how);
+    if (fd < 0)
+        return fd;
+    long r = psb_landlock_rule(ll, fd, ll->handled);
+    psb_ll_sys(PSB_NR_CLOSE, fd, 0, 0, 0);
+    return r;
+}
+
+/* A ruleset of KIND; when it handles filesystem rights, REFER granted beneath "/" and
+ * every handled right beneath each path of PATHS (NUL-separated, an empty string ends
+ * it; NULL: none), each opened with RESOLVE. */
+static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind, const char *paths,
+                                                                 unsigned long resolve)
 {
     /* struct landlock_ruleset_attr: handled_access_fs (ABI 1), handled_access_net
      * (ABI 4), scoped (ABI 6); the size given says which fields the kernel reads. */
@@ -84,8 +177,7 @@ static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind)
             ll.rs = abi < 0 ? abi : -95 /* EOPNOTSUPP */;
             return ll;
         }
-        attr[0] = PSB_LL_ABI1 | (abi >= 2 ? PSB_LL_REFER : 0) | (abi >= 3 ? PSB_LL_TRUNCATE : 0)
-                  | (abi >= 5 ? PSB_LL_IOCTL_DEV : 0);
+        attr[0] = PSB_LL_WRITE_FILE | (abi >= 2 ? PSB_LL_REFER : 0) | (abi >= 3 ? PSB_LL_TRUNCATE : 0);
     }
     if (kind != PSB_LANDLOCK_FS) {
         attr[2] = PSB_LANDLOCK_SCOPE_SIGNAL;
@@ -95,16 +187,16 @@ static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind)
     ll.rs = psb_ll_sys(PSB_NR_LANDLOCK_CREATE_RULESET, (long)attr, size, 0, 0);
     if (ll.rs < 0 || !ll.handled)
         return ll;
-    /* O_PATH | O_DIRECTORY | O_CLOEXEC */
-    long root = psb_ll_sys(PSB_NR_OPENAT, -100 /* AT_FDCWD */, (long)"/", 010000000 | 0200000 | 02000000, 0);
-    long r = root;
-    if (root >= 0) {
-        struct __attribute__((packed)) {
-            unsigned long allowed_access;
-            int parent_fd;
-        } rule = { ll.handled, (int)root };
-        r = psb_ll_sys(PSB_NR_LANDLOCK_ADD_RULE, ll.rs, PSB_LANDLOCK_RULE_PATH_BENEATH, (long)&rule, 0);
-        psb_ll_sys(PSB_NR_CLOSE, root, 0, 0, 0);
+    long r = 0;
+    if (ll.handled & PSB_LL_REFER) {
+        const struct psb_ll refer = { ll.rs, PSB_LL_REFER };
+        r = psb_landlock_path_rule(&refer, "/", resolve);
+    }
+    for (const char *p = paths; r == 0 && p && *p;) {
+        r = psb_landlock_path_rule(&ll, p, resolve);
+        while (*p)
+            p++;
+        p++;
     }
     if (r < 0) {
         psb_ll_sys(PSB_NR_CLOSE, ll.rs, 0, 0, 0);
@@ -113,12 +205,12 @@ static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind)
     return ll;
 }
 
-/* The rule for a descriptor the command is given: what its open mode allows (read:
- * READ_FILE and EXECUTE; write: WRITE_FILE and TRUNCATE, as ftruncate on it would;
- * IOCTL_DEV; O_PATH: every file right), every right for a directory (a directory
- * descriptor delegates what is beneath it: openat works on it without a sandbox too).
- * Pipes, sockets, memfds and other kernel-internal files take no rule and need none
- * (EBADFD: Landlock never checks them), nor a closed slot (EBADF). 0 or -errno. */
+/* The rule for a descriptor the command is given: a directory delegates what is beneath
+ * it (every handled right: openat works on it without a sandbox too); a file open for
+ * writing (or O_PATH, which the kernel lets any mode reopen) WRITE_FILE and TRUNCATE, as
+ * its own mode allows; a read-only file none (no reopening it for writing). Pipes,
+ * sockets, memfds and other kernel-internal files take no rule and need none (EBADFD:
+ * Landlock never checks them), nor a closed slot (EBADF). 0 or -errno. */
 static long __attribute__((unused)) psb_landlock_fd_rule(const struct psb_ll *ll, long fd)
 {
     if (!ll->handled || fd < 0)
@@ -126,32 +218,19 @@ static long __attribute__((unused)) psb_landlock_fd_rule(const struct psb_ll *ll
     long fl = psb_ll_sys(__NR_fcntl, fd, 3 /* F_GETFL */, 0, 0);
     if (fl < 0)
         return fl == -9 /* EBADF */ ? 0 : fl;
-    unsigned long file;
-    if (fl & 010000000 /* O_PATH */)
-        file = PSB_LL_FILE;
-    else if ((fl & 3) == 0)
-        file = PSB_LL_READ_FILE | PSB_LL_EXECUTE;
-    else if ((fl & 3) == 1)
-        file = PSB_LL_WRITE_FILE | PSB_LL_TRUNCATE;
-    else
-        file = PSB_LL_READ_FILE | PSB_LL_EXECUTE | PSB_LL_WRITE_FILE | PSB_LL_TRUNCATE;
-    file |= PSB_LL_IOCTL_DEV;
-    struct __attribute__((packed)) {
-        unsigned long allowed_access;
-        int parent_fd;
-    } rule = { ll->handled, (int)fd };
-    /* A directory first; a file refuses directory rights (EINVAL): its own rights then. */
-    long r = psb_ll_sys(PSB_NR_LANDLOCK_ADD_RULE, ll->rs, PSB_LANDLOCK_RULE_PATH_BENEATH, (long)&rule, 0);
-    if (r == -22 /* EINVAL */) {
-        rule.allowed_access = file & ll->handled;
-        r = psb_ll_sys(PSB_NR_LANDLOCK_ADD_RULE, ll->rs, PSB_LANDLOCK_RULE_PATH_BENEATH, (long)&rule, 0);
-    }
-    return r == -77 /* EBADFD */ || r == -9 /* EBADF */ ? 0 : r;
+    long type = psb_ll_type(fd), r = 0;
+    if (type < 0)
+        return type;
+    if (type == 0040000 /* S_IFDIR */)
+        r = psb_landlock_rule(ll, fd, ll->handled);
+    else if ((fl & PSB_LL_O_PATH) || (fl & 3))
+        r = psb_landlock_rule(ll, fd, PSB_LL_FILE);
+    return r == -77 /* EBADFD */ ? 0 : r;
 }
 
-/* Rules for every descriptor this process holds, read from /proc/self/fd (where the
- * executor's descriptors are already the command's: the bwrap init, a session's command).
- * No procfs in the sandbox: no magic link to reopen a descriptor through, nothing to do. */
+/* Rules for every descriptor this process keeps across exec, read from /proc/self/fd
+ * (where the executor's descriptors are already the command's: the bwrap init). No
+ * procfs in the sandbox: no magic link to reopen a descriptor through, nothing to do. */
 static long __attribute__((unused)) psb_landlock_fd_rules_all(const struct psb_ll *ll)
 {
     if (!ll->handled)
@@ -171,7 +250,8 @@ static long __attribute__((unused)) psb_landlock_fd_rules_all(const struct psb_l
             int digits = 0;
             for (; *name >= '0' && *name <= '9'; name++, digits++)
                 fd = fd * 10 + (*name - '0');
-            if (digits && !*name && fd != dir)
+            /* close-on-exec: the init's own (its sockets), never the command's */
+            if (digits && !*name && fd != dir && psb_ll_sys(__NR_fcntl, fd, 1 /* F_GETFD */, 0, 0) == 0)
                 r = psb_landlock_fd_rule(ll, fd);
             off += reclen;
         }
@@ -187,6 +267,8 @@ static long __attribute__((unused)) psb_landlock_restrict(struct psb_ll *ll, lon
 {
     if (ll->rs < 0)
         return ll->rs;
+    if (r > 0)
+        r = -22;   /* EINVAL: never a domain left out on a result that is no errno */
     if (r == 0)
         r = psb_ll_sys(PSB_NR_LANDLOCK_RESTRICT_SELF, ll->rs, 0, 0, 0);
     psb_ll_sys(PSB_NR_CLOSE, ll->rs, 0, 0, 0);
@@ -194,10 +276,12 @@ static long __attribute__((unused)) psb_landlock_restrict(struct psb_ll *ll, lon
 }
 
 /* The whole step, for an executor whose descriptors are already the command's: KIND's
- * domain, with a rule for each descriptor of FDS[NFDS], or (NFDS < 0) of /proc/self/fd. */
-static long __attribute__((unused)) psb_landlock_self(long kind, const int *fds, long nfds)
+ * domain with PATHS (psb_landlock_create), and a rule for each descriptor of FDS[NFDS],
+ * or (NFDS < 0) of /proc/self/fd. */
+static long __attribute__((unused)) psb_landlock_self(long kind, const char *paths, unsigned long resolve,
+                                                      const int *fds, long nfds)
 {
-    struct psb_ll ll = psb_landlock_create(kind);
+    struct psb_ll ll = psb_landlock_create(kind, paths, resolve);
     long r = 0;
     if (ll.rs >= 0 && nfds < 0)
         r = psb_landlock_fd_rules_all(&ll);

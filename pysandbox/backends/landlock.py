@@ -12,13 +12,17 @@ owner reads it as with bwrap's pid 1 (docs/ARCHITECTURE.md, "Who can reach pid 1
   init, a session's server and keepers: a command that could SIGSTOP its keeper could
   hold its own end). Every command gets the signal scope wherever the kernel has it (one
   rule for every path: a kind decided per path once left a session's keeper signalable).
-* ``FS``: handles every filesystem right of the kernel's ABI (1 to 5: its own), all granted
-  beneath the sandbox's root and, on each descriptor the command is given, what that
-  descriptor's open mode allows: nothing changes inside the sandbox's tree, but a file
-  outside it reached through a magic link (``/proc/self/fd/0``, ``/dev/stdin``) opens with
-  no more than its descriptor allows (a read-only stdin cannot be reopened for writing:
-  the caller's file). A domain that handles any filesystem right forbids mount and
-  pivot_root, so only for a command that cannot mount (native/psb_landlock.h).
+* ``FS``: handles writing a file (Landlock ABI 1; truncating from ABI 3; REFER from ABI 2,
+  granted beneath "/": else every cross-directory rename fails), granted beneath each
+  writable mount destination of the plan (:func:`writable_destinations`) and on each
+  descriptor the command is given that already allows it (a file open for writing or
+  O_PATH, a directory). Inside the sandbox nothing changes (the mounts decide; reading,
+  executing, making and removing are not handled), but a file the mounts do not make
+  writable, reached through a magic link (``/proc/self/fd/0``, ``/dev/stdin``: the walk
+  jumps to the host's read-write mount) cannot be opened for writing (a read-only stdin
+  cannot be reopened for writing: the caller's file), nor a FIFO or device on a read-only
+  mount. A domain that handles any filesystem right forbids mount and pivot_root, so only
+  for a command that cannot mount (native/psb_landlock.h).
 * ``NONE``: no Landlock, a command that may mount on a kernel before ABI 6, or
   ``PYSANDBOX_NO_LANDLOCK=1``: the init stays undumpable, as before Landlock.
 
@@ -31,6 +35,8 @@ ends a command depends on that (a session's server SIGKILLs a keeper itself).
 from __future__ import annotations
 
 import os
+
+from .. import ops as O
 
 NONE, FS, SIGNAL, SIGNAL_FS = 0, 1, 2, 3   # native/psb_landlock.h PSB_LANDLOCK_*
 SIGNAL_ABI = 6                    # struct landlock_ruleset_attr.scoped
@@ -70,3 +76,42 @@ def kind(may_mount: bool, abi_version: int | None = None) -> int:
     if v < 1 or may_mount:
         return NONE
     return FS
+
+
+# The mounts a command may write through (a read-only one ends writes with EROFS itself).
+_WRITABLE = (O.MountProc, O.MinimalDev, O.MountMqueue)
+
+
+def _writable(op) -> bool:
+    if isinstance(op, (O.BindMount, O.MountTmpfs)):
+        return not op.readonly
+    if isinstance(op, O.MountOverlay):
+        return op.upper is not None or op.tmp
+    if isinstance(op, O.WriteFile):
+        return op.bind and not op.readonly
+    return isinstance(op, _WRITABLE)
+
+
+def writable_destinations(ops) -> tuple:
+    """The destinations (sandbox paths, in order, each once) of the mounts in plan ops
+    ``ops`` the command may write through: where a filesystem domain grants writing
+    (native/psb_landlock.h). A mount a later one covers (same destination or an
+    ancestor: :func:`pysandbox.ops.shadowed`) is not reachable, one remounted read-only
+    later at exactly its destination is not writable: neither is listed. Rules attach to
+    inodes: a writable bind of a host directory grants writing on that directory's files
+    however they are reached (as its mount does), and a writable bind of the host's "/"
+    (``pybwrap --bind / /``) on every host file."""
+    mounts = [op for op in ops if isinstance(op, O.MOUNT_OPS)]
+    out = []
+    for i, op in enumerate(mounts):
+        if not _writable(op) or O.shadowed(i, mounts):
+            continue
+        if any(isinstance(later, O.RemountReadonly) and later.dest == op.dest for later in mounts[i + 1:]):
+            continue
+        out.append(op.dest)
+    return tuple(dict.fromkeys(out))
+
+
+def path_list(paths) -> bytes:
+    """``paths`` as the native list: each NUL-terminated, an empty string last."""
+    return b"".join(os.fsencode(p) + b"\0" for p in paths) + b"\0"
