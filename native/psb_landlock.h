@@ -143,14 +143,17 @@ static long __attribute__((unused)) psb_ll_open_nofollow(const char *path)
 }
 
 /* The rule beneath PATH: every handled right (a writable mount's destination). Opened
- * with RESOLVE: never through a magic link (openat2); with RESOLVE_NO_SYMLINKS, through
- * no symlink at all (a session's command: another command could have swapped one into a
- * writable parent; psb_ll_open_nofollow). 0 or -errno. */
+ * with RESOLVE: never through a magic link (openat2); with RESOLVE_NO_SYMLINKS, or where
+ * openat2 answers ENOSYS, through no symlink at all (a session's command: another
+ * command could have swapped one into a writable parent; psb_ll_open_nofollow). 0 or
+ * -errno. */
 static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *ll, const char *path, unsigned long resolve)
 {
     unsigned long how[3] = { PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */, 0, resolve };
-    long fd = resolve & PSB_LL_RESOLVE_NO_SYMLINKS ? psb_ll_open_nofollow(path)
+    long fd = resolve & PSB_LL_RESOLVE_NO_SYMLINKS ? -38 /* ENOSYS */
               : psb_ll_sys(PSB_NR_OPENAT2, -100 /* AT_FDCWD */, (long)path, (long)how, sizeof how);
+    if (fd == -38)   /* also where a filter of the caller's refuses openat2: the stricter walk */
+        fd = psb_ll_open_nofollow(path);
     if (fd < 0)
         return fd;
     long r = psb_landlock_rule(ll, fd, ll->handled);
