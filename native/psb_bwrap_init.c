@@ -11,7 +11,8 @@
  * op array (native/psb.h: struct psb_tail_hdr, then struct psb_op[nops], then the
  * string table; pysandbox/backends/bwrap_tail.py packs it from native_translate's ops).
  * It is read whole, validated (the header, every op's kind, every string offset inside
- * the table and NUL-terminated, each seccomp program's bounds), then closed: nothing
+ * the table and NUL-terminated, LANDLOCK's path list too, each seccomp program's
+ * bounds), then closed: nothing
  * after this init holds it. The kinds allowed: the tail's (LISTEN CAPS NNP INIT
  * LANDLOCK SECCOMP RLIMIT, each run by native/psb_tail.h psb_tail_op as the native
  * child runs it, MOUNT_PRIVATE and RO_COVER included) and this init's own BIND_CHECK.
