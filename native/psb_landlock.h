@@ -50,6 +50,9 @@
 #define PSB_LANDLOCK_H
 
 #include "psb_sys.h"
+#ifdef PSB_LIBC
+#include <sys/statfs.h>
+#endif
 #define psb_ll_sys(n, a, b, c, d) psb_sys((n), (a), (b), (c), (d), 0)
 #define PSB_NR_OPENAT __NR_openat
 #define PSB_NR_CLOSE __NR_close
@@ -142,23 +145,60 @@ static long __attribute__((unused)) psb_ll_open_nofollow(const char *path)
     return fd;
 }
 
-/* The rule beneath PATH: every handled right (a writable mount's destination). Opened
- * with RESOLVE: never through a magic link (openat2); with RESOLVE_NO_SYMLINKS, or where
- * openat2 answers ENOSYS, through no symlink at all (a session's command: another
- * command could have swapped one into a writable parent; psb_ll_open_nofollow). 0 or
- * -errno. */
+/* Whether the rule beneath FD may grant writing: 0 when FD is the root of a writable
+ * mount (what every writable destination is once set up), 1 when its mount is read-only
+ * (nothing to grant: a writable bind of a read-only filesystem), -EXDEV when it is no
+ * mount's root (not what setup mounted there: a symlink swapped in, fail closed), or
+ * -errno. A rule on anything else could reach further than the mounts (the sandbox's
+ * "/" is the host's root inode). */
+static long __attribute__((unused)) psb_ll_mount_check(long fd)
+{
+    /* struct statx: stx_attributes (u64) at byte 8, stx_attributes_mask (u64) at 56 */
+    unsigned char stx[256] __attribute__((aligned(8)));
+    long r = psb_sys(PSB_NR_STATX, fd, (long)"", 0x1000 | 0x100 /* AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW */,
+                     1 /* STATX_TYPE */, (long)stx);
+    if (r < 0)
+        return r;
+    const unsigned long mount_root = 0x2000;   /* STATX_ATTR_MOUNT_ROOT (5.8; Landlock: 5.13) */
+    unsigned long attrs = *(unsigned long *)(void *)(stx + 8), mask = *(unsigned long *)(void *)(stx + 56);
+    if ((mask & mount_root) && !(attrs & mount_root))
+        return -18;   /* EXDEV */
+#ifdef PSB_LIBC
+    struct statfs sf;
+    r = psb_ll_sys(__NR_fstatfs, fd, (long)&sf, 0, 0);
+    unsigned long flags = r < 0 ? 0 : (unsigned long)sf.f_flags;
+#else
+    unsigned long sf[15];   /* x86_64 struct statfs (the freestanding programs' only architecture) */
+    r = psb_ll_sys(__NR_fstatfs, fd, (long)sf, 0, 0);
+    unsigned long flags = r < 0 ? 0 : sf[10];
+#endif
+    return r < 0 ? r : (flags & 1 /* ST_RDONLY */) ? 1 : 0;
+}
+
+/* The rule beneath PATH: every handled right (a writable mount's destination), if it is
+ * the root of a writable mount (psb_ll_mount_check: a read-only one takes no rule).
+ * Opened with RESOLVE: never through a magic link (openat2), where a path the setup did
+ * not mount (ENOENT: an optional bind whose source was missing) takes no rule; with
+ * RESOLVE_NO_SYMLINKS, or where openat2 answers ENOSYS, through no symlink at all (a
+ * session's command, on the paths its server resolved before any command ran: another
+ * command could have swapped one into a writable parent since; psb_ll_open_nofollow),
+ * where every failure fails the command. 0 or -errno. */
 static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *ll, const char *path, unsigned long resolve)
 {
     unsigned long how[3] = { PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */, 0, resolve };
     long fd = resolve & PSB_LL_RESOLVE_NO_SYMLINKS ? -38 /* ENOSYS */
               : psb_ll_sys(PSB_NR_OPENAT2, -100 /* AT_FDCWD */, (long)path, (long)how, sizeof how);
+    if (fd == -2 /* ENOENT */ && !(resolve & PSB_LL_RESOLVE_NO_SYMLINKS))
+        return 0;
     if (fd == -38)   /* also where a filter of the caller's refuses openat2: the stricter walk */
         fd = psb_ll_open_nofollow(path);
     if (fd < 0)
         return fd;
-    long r = psb_landlock_rule(ll, fd, ll->handled);
+    long r = psb_ll_mount_check(fd);
+    if (r == 0)
+        r = psb_landlock_rule(ll, fd, ll->handled);
     psb_ll_sys(PSB_NR_CLOSE, fd, 0, 0, 0);
-    return r;
+    return r == 1 ? 0 : r;
 }
 
 /* A ruleset of KIND; when it handles filesystem rights, REFER granted beneath "/" and
@@ -191,9 +231,12 @@ static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind, cons
     if (ll.rs < 0 || !ll.handled)
         return ll;
     long r = 0;
-    if (ll.handled & PSB_LL_REFER) {
+    if (ll.handled & PSB_LL_REFER) {   /* REFER everywhere: the root, however it is mounted */
         const struct psb_ll refer = { ll.rs, PSB_LL_REFER };
-        r = psb_landlock_path_rule(&refer, "/", resolve);
+        long root = psb_ll_sys(PSB_NR_OPENAT, -100, (long)"/", PSB_LL_O_PATH | 0200000 | 02000000, 0);
+        r = root < 0 ? root : psb_landlock_rule(&refer, root, PSB_LL_REFER);
+        if (root >= 0)
+            psb_ll_sys(PSB_NR_CLOSE, root, 0, 0, 0);
     }
     for (const char *p = paths; r == 0 && p && *p;) {
         r = psb_landlock_path_rule(&ll, p, resolve);
