@@ -138,8 +138,8 @@ static long chan = -1, sigfd = -1;
  * scope for a command that may mount, 3 with the filesystem rules too for one that
  * cannot, wherever the kernel has the scope, else 1 filesystem rules for a command that
  * cannot mount); the PATHs: the writable destinations its write rules go beneath
- * (pysandbox/backends/landlock.py writable_destinations), each opened by every command
- * itself. Without it, none (pysandbox/backends/landlock.py decides: a command that may
+ * (pysandbox/backends/landlock.py writable_destinations), resolved once (ll_resolve),
+ * then opened by every command itself. Without it, none (pysandbox/backends/landlock.py decides: a command that may
  * mount, on a kernel without Landlock's signal scope; or no Landlock at all). */
 static long landlock_kind;
 static char ll_paths[65536];   /* the PATHs, NUL-separated, an empty string ends them */
