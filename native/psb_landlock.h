@@ -178,7 +178,9 @@ static long __attribute__((unused)) psb_ll_mount_check(long fd)
 /* The rule beneath PATH: every handled right (a writable mount's destination), if it is
  * the root of a writable mount (psb_ll_mount_check: a read-only one takes no rule).
  * Opened with RESOLVE: never through a magic link (openat2), where a path the setup did
- * not mount (ENOENT: an optional bind whose source was missing) takes no rule; with
+ * not mount (ENOENT: an optional bind whose source was missing) or one the command
+ * cannot reach (EACCES: a parent it may not search, e.g. a tmpfs of mode 0) takes no
+ * rule; with
  * RESOLVE_NO_SYMLINKS, or where openat2 answers ENOSYS, through no symlink at all (a
  * session's command, on the paths its server resolved before any command ran: another
  * command could have swapped one into a writable parent since; psb_ll_open_nofollow),
@@ -188,10 +190,10 @@ static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *
     unsigned long how[3] = { PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */, 0, resolve };
     long fd = resolve & PSB_LL_RESOLVE_NO_SYMLINKS ? -38 /* ENOSYS */
               : psb_ll_sys(PSB_NR_OPENAT2, -100 /* AT_FDCWD */, (long)path, (long)how, sizeof how);
-    if (fd == -2 /* ENOENT */ && !(resolve & PSB_LL_RESOLVE_NO_SYMLINKS))
-        return 0;
     if (fd == -38)   /* also where a filter of the caller's refuses openat2: the stricter walk */
         fd = psb_ll_open_nofollow(path);
+    if ((fd == -2 /* ENOENT */ || fd == -13 /* EACCES */) && !(resolve & PSB_LL_RESOLVE_NO_SYMLINKS))
+        return 0;
     if (fd < 0)
         return fd;
     long r = psb_ll_mount_check(fd);

@@ -146,15 +146,15 @@ static char ll_paths[65536];   /* the PATHs, NUL-separated, an empty string ends
 
 /* The writable destinations, resolved once before any command runs (the tree is what
  * setup made: its symlinks are followed as setup followed them), each the root of a
- * writable mount (psb_ll_mount_check; a read-only one or one setup did not make, ENOENT,
- * takes no rule), into ll_paths as the kernel names them (/proc/self/fd/N: no symlink
+ * writable mount (psb_ll_mount_check; a read-only one, one setup did not make, ENOENT,
+ * or one the commands cannot reach, EACCES, takes no rule), into ll_paths as the kernel names them (/proc/self/fd/N: no symlink
  * left), which every command then opens following no symlink. 0 or -1. */
 static int ll_resolve(char **paths, long n)
 {
     unsigned long at = 0;
     for (long k = 0; k < n; k++) {
         long fd = sys6(__NR_openat, -100, (long)paths[k], PSB_LL_O_PATH | O_CLOEXEC, 0, 0, 0);
-        if (fd == -2 /* ENOENT */)
+        if (fd == -2 /* ENOENT */ || fd == -13 /* EACCES: out of the commands' reach */)
             continue;
         long r = fd < 0 ? fd : psb_ll_mount_check(fd);
         if (r == 0) {

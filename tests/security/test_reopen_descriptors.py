@@ -240,3 +240,21 @@ def test_a_session_command_that_swaps_a_destination_for_a_symlink_stops_the_next
         with pytest.raises(pysandbox.SetupError) as info:
             sb.run(["sh", "-c", "echo ran > /tmp/q/x/ran"], capture_output=True, timeout=120)
         assert "LANDLOCK" in str(info.value)
+
+
+def test_a_writable_mount_the_command_cannot_reach_takes_no_rule(backend, tmp_path):
+    """A writable bind below a tmpfs of mode 0 (the command, without capabilities, may
+    not search it): its destination cannot be opened for a rule, and needs none (the
+    command cannot write there anyway); the launch goes on (it failed with EACCES at the
+    Landlock step while the rule was required). The domain is there all the same: a
+    read-only stdin is still not reopened for writing."""
+    _need_landlock()
+    src = tmp_path / "src"
+    src.mkdir()
+    policy = _policy(tmp_path)
+    policy = policy.replace(fs=policy.fs + (pysandbox.Tmpfs("/tmp/closed", mode=0o000),
+                                            pysandbox.Bind(str(src), "/tmp/closed/rw")))
+    victim = _victim(tmp_path)
+    with open(victim, "rb") as stdin:
+        assert _reopen(backend, policy, "/dev/stdin", ("append",), stdin=stdin) == {"append": "EACCES"}
+    assert victim.read_bytes() == ORIGINAL
