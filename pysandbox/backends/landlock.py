@@ -106,10 +106,29 @@ def writable_destinations(ops) -> tuple:
     for i, op in enumerate(mounts):
         if not _writable(op) or O.shadowed(i, mounts):
             continue
-        if any(isinstance(later, O.RemountReadonly) and later.dest == op.dest for later in mounts[i + 1:]):
-            continue
-        out.append(op.dest)
+        later = mounts[i + 1:]
+        if not _remounted_readonly(op.dest, later):
+            out.append(op.dest)
+        elif isinstance(op, O.MinimalDev):
+            # its own mounts stay writable (a remount is not recursive): devpts, the nodes
+            out += [d for d in _dev_mounts(op.dest) if not _remounted_readonly(d, later) and not _covered(d, later)]
     return tuple(dict.fromkeys(out))
+
+
+def _dev_mounts(dest: str) -> tuple:
+    """The mounts of a minimal /dev below its tmpfs (native_translate._dev, bwrap's --dev):
+    devpts, and the host's nodes bound (one the host lacks takes no rule: ENOENT)."""
+    from .native.native_host import DEV_NODES   # here: the native package imports this module
+    return (f"{dest}/pts",) + tuple(f"{dest}/{n}" for n in DEV_NODES)
+
+
+def _remounted_readonly(dest: str, later) -> bool:
+    return any(isinstance(op, O.RemountReadonly) and op.dest == dest for op in later)
+
+
+def _covered(dest: str, later) -> bool:
+    """Whether a later mount lands on ``dest`` or an ancestor (as :func:`pysandbox.ops.shadowed`)."""
+    return O.shadowed(0, (O.RemountReadonly(dest),) + tuple(later))
 
 
 def path_list(paths) -> bytes:

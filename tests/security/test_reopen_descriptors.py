@@ -258,3 +258,22 @@ def test_a_writable_mount_the_command_cannot_reach_takes_no_rule(backend, tmp_pa
     with open(victim, "rb") as stdin:
         assert _reopen(backend, policy, "/dev/stdin", ("append",), stdin=stdin) == {"append": "EACCES"}
     assert victim.read_bytes() == ORIGINAL
+
+
+def test_devices_stay_writable_under_a_readonly_remounted_dev(backend, tmp_path):
+    """``--dev /dev --remount-ro /dev``: the remount is not recursive, so /dev/null (a node
+    bound on its own) stays writable, and so does the terminal's devpts; the rule goes on
+    each of /dev's own mounts instead of /dev (landlock.writable_destinations). Live
+    control: the domain is there (a read-only stdin is not reopened), and /dev itself is
+    read-only (no new file)."""
+    _need_landlock()
+    policy = _policy(tmp_path)
+    policy = policy.replace(fs=policy.fs + (pysandbox.RemountRo("/dev"),))
+    victim = _victim(tmp_path)
+    script = ("echo x > /dev/null && echo null-ok; (echo x > /dev/new) 2>/dev/null || echo dev-readonly; "
+              "(echo pwned >> /dev/stdin) 2>/dev/null || echo refused")
+    with open(victim, "rb") as stdin:
+        done = pysandbox.run(["sh", "-c", script], policy=policy, backend=backend, stdin=stdin,
+                             capture_output=True, timeout=120)
+    assert (done.returncode, done.stdout.split()) == (0, [b"null-ok", b"dev-readonly", b"refused"]), done.stderr
+    assert victim.read_bytes() == ORIGINAL

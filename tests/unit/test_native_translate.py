@@ -268,6 +268,10 @@ def test_landlock_write_rules_beneath_the_writable_destinations_only():
            P.MountMqueue("/dev/mqueue"), P.MountTmpfs("/tmp"))
     assert landlock.writable_destinations(ops) == ("/w", "/proc", "/dev", "/ov", "/f", "/dev/mqueue", "/tmp")
     assert landlock.writable_destinations((P.BindMount("/", "/"),)) == ("/",)   # pybwrap --bind / /
+    # a minimal /dev remounted read-only (not recursive): its own mounts stay writable
+    dev = (P.MinimalDev("/dev"), P.RemountReadonly("/dev"), P.RemountReadonly("/dev/tty"), P.MountTmpfs("/dev/pts"))
+    assert landlock.writable_destinations(dev) == ("/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                                   "/dev/urandom", "/dev/pts")
     assert landlock.path_list(("/w", "/tmp")) == b"/w\0/tmp\0\0" and landlock.path_list(()) == b"\0"
     policy = PP.Policy.default(workdir="/tmp")
     plan = P.compile(policy, outer_ids=(1000, 1000))
