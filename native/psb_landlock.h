@@ -30,11 +30,14 @@
  *                        a read-only stdin reopened (`echo x > /dev/stdin`: the caller's
  *                        file, written); and a FIFO or device on a read-only mount opened
  *                        for writing (EROFS covers regular files and directories only).
- *                        Rules attach to inodes: a writable bind of a host directory
- *                        covers that host directory's files reached any way (writable
- *                        in the sandbox anyway); a writable bind of the host's "/"
- *                        covers every host file (pybwrap --bind / /: such a policy is
- *                        not protected). A domain that handles any filesystem right
+ *                        A rule goes only on the root of a writable mount
+ *                        (psb_ll_mount_check). Rules attach to inodes: a writable bind
+ *                        of a host directory covers that host directory's files reached
+ *                        any way (writable in the sandbox anyway); a writable bind of
+ *                        the host's "/" covers every host file (pybwrap --bind / /: such
+ *                        a policy is not protected); a read-only mount nested in a
+ *                        writable one takes its rule (a FIFO there stays writable).
+ *                        A domain that handles any filesystem right
  *                        forbids mount and pivot_root: for a command that cannot mount.
  *   PSB_LANDLOCK_SIGNAL  (ABI 6) handles no access right and scopes signals: the command
  *                        cannot signal a process outside its domain (the init, a
