@@ -206,6 +206,45 @@ static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *
     return r == 1 ? 0 : r;
 }
 
+/* A session server's step, before any command runs (the tree is what setup made: its
+ * symlinks are followed as setup followed them): PATHS[N], the writable destinations,
+ * each checked the root of a writable mount (psb_ll_mount_check: a read-only one, one
+ * setup did not make, ENOENT, or one out of the commands' reach, EACCES, takes no rule),
+ * written to OUT[SIZE] as the kernel names them (/proc/self/fd/N: no symlink left), the
+ * list psb_landlock_create reads, which every command then opens following no symlink.
+ * 0 or -errno. */
+static long __attribute__((unused)) psb_landlock_resolve(char **paths, long n, char *out, unsigned long size)
+{
+    unsigned long at = 0;
+    for (long k = 0; k < n; k++) {
+        long fd = psb_ll_sys(PSB_NR_OPENAT, -100, (long)paths[k], PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */, 0);
+        if (fd == -2 /* ENOENT */ || fd == -13 /* EACCES */)
+            continue;
+        long r = fd < 0 ? fd : psb_ll_mount_check(fd);
+        if (r == 0) {
+            char link[40] = "/proc/self/fd/", digits[24];
+            int nd = 0, o = 14;
+            for (long v = fd; nd == 0 || v > 0; v /= 10)
+                digits[nd++] = (char)('0' + v % 10);
+            while (nd > 0)
+                link[o++] = digits[--nd];
+            link[o] = 0;
+            long room = (long)(size - at) - 2;
+            r = room <= 0 ? -36 : psb_ll_sys(__NR_readlinkat, -100, (long)link, (long)(out + at), room);
+            if (r > 0 && r < room && out[at] == '/')
+                at += (unsigned long)r + 1, out[at - 1] = 0, r = 0;
+            else if (r >= 0)
+                r = -36;   /* ENAMETOOLONG (or not a path: no name the commands could open) */
+        }
+        if (fd >= 0)
+            psb_ll_sys(PSB_NR_CLOSE, fd, 0, 0, 0);
+        if (r < 0)
+            return r;
+    }
+    out[at] = 0;
+    return 0;
+}
+
 /* A ruleset of KIND; when it handles filesystem rights, REFER granted beneath "/" and
  * every handled right beneath each path of PATHS (NUL-separated, an empty string ends
  * it; NULL: none), each opened with RESOLVE. */

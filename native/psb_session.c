@@ -144,44 +144,6 @@ static long chan = -1, sigfd = -1;
 static long landlock_kind;
 static char ll_paths[65536];   /* the PATHs, NUL-separated, an empty string ends them */
 
-/* The writable destinations, resolved once before any command runs (the tree is what
- * setup made: its symlinks are followed as setup followed them), each the root of a
- * writable mount (psb_ll_mount_check; a read-only one, one setup did not make, ENOENT,
- * or one the commands cannot reach, EACCES, takes no rule), into ll_paths as the kernel names them (/proc/self/fd/N: no symlink
- * left), which every command then opens following no symlink. 0 or -1. */
-static int ll_resolve(char **paths, long n)
-{
-    unsigned long at = 0;
-    for (long k = 0; k < n; k++) {
-        long fd = sys6(__NR_openat, -100, (long)paths[k], PSB_LL_O_PATH | O_CLOEXEC, 0, 0, 0);
-        if (fd == -2 /* ENOENT */ || fd == -13 /* EACCES: out of the commands' reach */)
-            continue;
-        long r = fd < 0 ? fd : psb_ll_mount_check(fd);
-        if (r == 0) {
-            char link[32] = "/proc/self/fd/", digits[24];
-            int nd = 0, o = 14;
-            long v = fd;
-            do
-                digits[nd++] = (char)('0' + v % 10), v /= 10;
-            while (v > 0);
-            while (nd > 0)
-                link[o++] = digits[--nd];
-            link[o] = 0;
-            r = sys6(__NR_readlink, (long)link, (long)(ll_paths + at), (long)(sizeof ll_paths - 2 - at), 0, 0, 0);
-            if (r > 0 && ll_paths[at] == '/' && (unsigned long)r < sizeof ll_paths - 2 - at)
-                at += (unsigned long)r + 1, ll_paths[at - 1] = 0;
-            else
-                r = -1;
-        }
-        if (fd >= 0)
-            sys6(NR_CLOSE, fd, 0, 0, 0, 0, 0);
-        if (r < 0)
-            return -1;
-    }
-    ll_paths[at] = 0;
-    return 0;
-}
-
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
 {
     unsigned int ev[4] = { type, id, a, b };
@@ -735,7 +697,7 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         put_event(chan, E_ERROR, 0, 2, 0), quit(0);
     if (sfd < 0 || read_pids("/proc/1/task/1/children", probe, 1) < 0)
         put_event(chan, E_ERROR, 0, 3, 0), quit(0);
-    if (argc > 5 && ll_resolve(argv + 5, argc - 5) < 0)
+    if (argc > 5 && psb_landlock_resolve(argv + 5, argc - 5, ll_paths, sizeof ll_paths) < 0)
         put_event(chan, E_ERROR, 0, 4, 0), quit(0);
     for (int k = 0; k < MAX_CMDS; k++)
         cmds[k].rep = -1;

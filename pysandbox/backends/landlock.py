@@ -118,8 +118,7 @@ def writable_destinations(ops) -> tuple:
 def _dev_mounts(dest: str) -> tuple:
     """The mounts of a minimal /dev below its tmpfs (native_translate._dev, bwrap's --dev):
     devpts, and the host's nodes bound (one the host lacks takes no rule: ENOENT)."""
-    from .native.native_host import DEV_NODES   # here: the native package imports this module
-    return (f"{dest}/pts",) + tuple(f"{dest}/{n}" for n in DEV_NODES)
+    return (f"{dest}/pts",) + tuple(f"{dest}/{n}" for n in O.DEV_NODES)
 
 
 def _remounted_readonly(dest: str, later) -> bool:
