@@ -200,7 +200,7 @@ class Sandbox:
             # the rule of Plan.command_may_mount read off the policy, with the writable
             # destinations a filesystem domain grants writing beneath; none: no -L.
             ll = landlock.kind(P.command_may_mount(launch.allow_nested_userns, launch.caps_keep))
-            paths = list(landlock.writable_destinations(self.plan.ops)) if ll not in (0, landlock.SIGNAL) else []
+            paths = list(landlock.writable_destinations(self.plan.ops)) if ll not in (landlock.NONE, landlock.SIGNAL) else []
             server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + \
                 (["-L", str(ll)] + paths if ll else [])
             self._server = SandboxProcess(server, denials_by_session=True,
