@@ -60,7 +60,8 @@ enum psb_op_kind {
                                  pid namespace (the error channel is then a socket pair) */
     PSB_OP_CHECK_PATH,        /* a=host path under /oldroot: it must resolve without any symlink
                                  (an overlay layer, checked before the kernel resolves it) */
-    PSB_OP_LANDLOCK,          /* n=kind (PSB_LANDLOCK_FS/SIGNAL, native/psb_landlock.h); the
+    PSB_OP_LANDLOCK,          /* n=kind (PSB_LANDLOCK_*, native/psb_landlock.h), a=the writable
+                                 destinations (NUL-separated, empty-terminated; -1 none); the
                                  command's process only (after INIT): enter a Landlock
                                  domain of its own (native/psb_tail.h); the exec'd init is
                                  then made dumpable, since nothing in the domain can reach it */

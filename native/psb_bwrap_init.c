@@ -11,7 +11,8 @@
  * op array (native/psb.h: struct psb_tail_hdr, then struct psb_op[nops], then the
  * string table; pysandbox/backends/bwrap_tail.py packs it from native_translate's ops).
  * It is read whole, validated (the header, every op's kind, every string offset inside
- * the table and NUL-terminated, each seccomp program's bounds), then closed: nothing
+ * the table and NUL-terminated, LANDLOCK's path list too, each seccomp program's
+ * bounds), then closed: nothing
  * after this init holds it. The kinds allowed: the tail's (LISTEN CAPS NNP INIT
  * LANDLOCK SECCOMP RLIMIT, each run by native/psb_tail.h psb_tail_op as the native
  * child runs it, MOUNT_PRIVATE and RO_COVER included) and this init's own BIND_CHECK.
@@ -141,6 +142,23 @@ static int str_ok(int off, int optional)
     return 0;
 }
 
+/* Whether ``off`` (-1: none) starts a list of absolute paths inside the table, each
+ * NUL-terminated there, ended by an empty string (native/psb_landlock.h). */
+static int list_ok(int off)
+{
+    if (off == -1)
+        return 1;
+    for (; str_ok(off, 0); off++) {
+        if (strtab[off] == 0)
+            return 1;
+        if (strtab[off] != '/')
+            return 0;
+        while (strtab[off])
+            off++;
+    }
+    return 0;
+}
+
 /* Read the plan memfd whole, only if sealed, and validate it as strictly as the native
  * executor trusts its array: every kind one of ours, every offset in bounds. A bad
  * array fails closed (stage PIPE, or OP at the first bad op: EINVAL). */
@@ -174,8 +192,11 @@ static void load_plan(long fd)
         case PSB_OP_INIT:
             ok = ok && !inits++ && !hdr->exec_mode && op->a == -1 && op->b == -1;
             break;
-        case PSB_OP_LISTEN: case PSB_OP_CAPS: case PSB_OP_NNP: case PSB_OP_LANDLOCK: case PSB_OP_MOUNT_PRIVATE:
+        case PSB_OP_LISTEN: case PSB_OP_CAPS: case PSB_OP_NNP: case PSB_OP_MOUNT_PRIVATE:
             ok = ok && op->a == -1 && op->b == -1;
+            break;
+        case PSB_OP_LANDLOCK:   /* a: the writable destinations, absolute paths (or -1) */
+            ok = ok && list_ok(op->a) && op->b == -1;
             break;
         case PSB_OP_RLIMIT:
             ok = ok && op->a == -1 && op->b == -1 && nrlimits < MAX_RLIMITS && op->n >= 0;

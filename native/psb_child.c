@@ -34,6 +34,23 @@ static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
     psb_pid1_loop(cmd, status_fd, fwd_signals, 0);
 }
 
+/* The command's Landlock domain (native/psb_landlock.h): rules beneath the writable
+ * destinations of OP's list (in the new root: symlinks there may be followed, the
+ * command does not run yet; magic links never), and one for each descriptor it will be
+ * given: the caller's stdio and pass_fds (the sources, before psb_exec moves them; a
+ * pty's slave is opened later from the sandbox's own devpts, inside the root). */
+static long psb_child_landlock(struct psb_child *c, const struct psb_op *op)
+{
+    const struct psb_launch *l = c->launch;
+    struct psb_ll ll = psb_landlock_create(op->n, S(c, op->a), PSB_LL_RESOLVE_NO_MAGICLINKS);
+    long r = 0;
+    for (int i = 0; ll.rs >= 0 && i < 3 && r == 0; i++)
+        r = psb_landlock_fd_rule(&ll, l->stdio[i]);
+    for (int i = 0; ll.rs >= 0 && i < l->npass && r == 0; i++)
+        r = psb_landlock_fd_rule(&ll, l->pass_fds[i]);
+    return psb_landlock_restrict(&ll, r);
+}
+
 /* Runs in the command's process, after the last op: stdio, descriptors, signal
  * state, exec. Only returns by failing. */
 static void psb_exec(struct psb_child *c)
@@ -265,10 +282,12 @@ static void psb_child_main(struct psb_child *c, int start)
         case PSB_OP_CAPS:
         case PSB_OP_NNP:
         case PSB_OP_SECCOMP:
-        case PSB_OP_LANDLOCK:
         case PSB_OP_MOUNT_PRIVATE:
         case PSB_OP_RO_COVER:   /* the setup tail: one executor (native/psb_tail.h) */
             r = tail(psb_tail_op(op, plan->strtab, c->launch->proxy_fd, c->launch->notify_fd));
+            break;
+        case PSB_OP_LANDLOCK:
+            r = tail(psb_child_landlock(c, op));
             break;
         case PSB_OP_HOSTNAME:
             r = sethostname(P(c, op->a), strlen(P(c, op->a)));

@@ -5,7 +5,7 @@
  * a sealed, execute-only memfd (exec of an unreadable file: undumpable from the first
  * instruction) and launches it through /proc/self/fd/N.
  *
- * argv: psb-session CHANNEL_FD SELF_FD [-L KIND]. CHANNEL_FD is the server's end of a unix stream
+ * argv: psb-session CHANNEL_FD SELF_FD [-L KIND [PATH...]]. CHANNEL_FD is the server's end of a unix stream
  * socketpair with the launcher, the only descriptor it keeps (close-on-exec; SELF_FD,
  * the memfd, is closed). The protocol (pysandbox/session_proto.py is the other side):
  *
@@ -134,11 +134,15 @@ static struct pollfd pfds[MAX_CMDS + 2];
 static char payload[MAX_PAYLOAD + 1];
 static char *strs[MAX_STRINGS + 3];
 static long chan = -1, sigfd = -1;
-/* "-L KIND": each command's Landlock domain (native/psb_landlock.h; 2 signal scope
- * wherever the kernel has it, else 1 filesystem for a command that cannot mount).
- * Without it, none (pysandbox/backends/landlock.py decides: a command that may mount,
- * on a kernel without Landlock's signal scope; or no Landlock at all). */
+/* "-L KIND [PATH...]": each command's Landlock domain (native/psb_landlock.h; 2 signal
+ * scope for a command that may mount, 3 with the filesystem rules too for one that
+ * cannot, wherever the kernel has the scope, else 1 filesystem rules for a command that
+ * cannot mount); the PATHs: the writable destinations its write rules go beneath
+ * (pysandbox/backends/landlock.py writable_destinations), resolved once (ll_resolve),
+ * then opened by every command itself. Without it, none (pysandbox/backends/landlock.py decides: a command that may
+ * mount, on a kernel without Landlock's signal scope; or no Landlock at all). */
 static long landlock_kind;
+static char ll_paths[65536];   /* the PATHs, NUL-separated, an empty string ends them */
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
 {
@@ -294,7 +298,10 @@ static void __attribute__((noreturn, used)) command(struct cmd_args *a)
     long r = session_limits_apply(&rl_index);   /* native/psb_session_limits.h */
     if (r < 0)
         cmd_fail((unsigned int)-r, PSB_TAIL_RLIMIT | rl_index << 16);
-    r = landlock_kind ? psb_landlock_self(landlock_kind) : 0;
+    /* The destinations opened by this command, without following any symlink: another
+     * command of the session could have swapped one into a writable parent since. */
+    r = landlock_kind ? psb_landlock_self(landlock_kind, ll_paths, PSB_LL_RESOLVE_NO_SYMLINKS |
+                                          PSB_LL_RESOLVE_NO_MAGICLINKS, (const int *)targets, nfds) : 0;
     if (r < 0)
         cmd_fail((unsigned int)-r, PSB_TAIL_LANDLOCK);
     r = sys6(NR_CHDIR, (long)strs[0], 0, 0, 0, 0, 0);
@@ -668,11 +675,14 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
     chan = parse(argv[1]);
     long self_fd = parse(argv[2]);
     if (argc > 3) {
-        if (argc != 5 || argv[3][0] != '-' || argv[3][1] != 'L' || argv[3][2] != 0)
+        if (argc < 5 || argv[3][0] != '-' || argv[3][1] != 'L' || argv[3][2] != 0)
             quit(127);
         landlock_kind = parse(argv[4]);   /* a kind psb_landlock_self does not know: each command's EINVAL */
         if (landlock_kind <= 0)
             quit(127);
+        for (long k = 5; k < argc; k++)   /* absolute paths */
+            if (argv[k][0] != '/')
+                quit(127);
     }
     if (chan < 3)
         quit(127);
@@ -687,6 +697,8 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         put_event(chan, E_ERROR, 0, 2, 0), quit(0);
     if (sfd < 0 || read_pids("/proc/1/task/1/children", probe, 1) < 0)
         put_event(chan, E_ERROR, 0, 3, 0), quit(0);
+    if (argc > 5 && psb_landlock_resolve(argv + 5, argc - 5, ll_paths, sizeof ll_paths) < 0)
+        put_event(chan, E_ERROR, 0, 4, 0), quit(0);
     for (int k = 0; k < MAX_CMDS; k++)
         cmds[k].rep = -1;
     put_event(chan, E_READY, 0, 0, 0);

@@ -430,7 +430,8 @@ static long __attribute__((unused)) psb_tail_op(const struct psb_op *op, const c
     case PSB_OP_RO_COVER:
         return op->b < 0 ? -PSB_TAIL_EINVAL : psb_tail_ro_cover(strtab + op->b);
     case PSB_OP_LANDLOCK:
-        return psb_landlock_self(op->n);
+        /* the bwrap init: its descriptors are the command's */
+        return psb_landlock_self(op->n, op->a >= 0 ? strtab + op->a : 0, PSB_LL_RESOLVE_NO_MAGICLINKS, 0, -1);
     case PSB_OP_SECCOMP:
         if (op->a < 0)
             return -PSB_TAIL_EINVAL;

@@ -108,6 +108,10 @@ class MinimalDev:
     dest: str
 
 
+# The host's device nodes a minimal /dev binds, each its own mount (bwrap's --dev).
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
 @dataclass(frozen=True)
 class MountMqueue:
     dest: str

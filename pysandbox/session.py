@@ -199,10 +199,13 @@ class Sandbox:
         self._server = None
         launch = self.policy.replace(as_pid_1=True, pass_fds=(), limits=self.budget.server_limits())
         try:
-            # -L KIND: each command's Landlock domain (backends/landlock.py), by the rule
-            # of Plan.command_may_mount read off the policy; none: no -L.
+            # -L KIND [PATH...]: each command's Landlock domain (backends/landlock.py), by
+            # the rule of Plan.command_may_mount read off the policy, with the writable
+            # destinations a filesystem domain grants writing beneath; none: no -L.
             ll = landlock.kind(P.command_may_mount(launch.allow_nested_userns, launch.caps_keep))
-            server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + (["-L", str(ll)] if ll else [])
+            paths = list(landlock.writable_destinations(self.plan.ops)) if ll not in (landlock.NONE, landlock.SIGNAL) else []
+            server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + \
+                (["-L", str(ll)] + paths if ll else [])
             self._server = SandboxProcess(server, denials_by_session=True,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

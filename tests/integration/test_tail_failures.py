@@ -156,7 +156,7 @@ def test_a_landlock_domain_the_kernel_refuses(tmp_path, monkeypatch):
     if landlock.abi() < 1:
         pytest.skip("not applicable here: no Landlock on this kernel (no domain is asked for)")
     _fresh_plans(monkeypatch)
-    monkeypatch.setattr(landlock, "kind", lambda *a, **kw: 3)   # a kind psb_landlock_self does not know
+    monkeypatch.setattr(landlock, "kind", lambda *a, **kw: 9)   # a kind psb_landlock_self does not know
     bad = _policy(tmp_path)
     failures = {}
     for b in ("native", "bwrap"):

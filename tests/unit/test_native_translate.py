@@ -248,10 +248,38 @@ def test_a_command_that_may_mount_gets_the_signal_scope_or_no_domain(kw):
     assert [op.n for op in ops if op.kind == "LANDLOCK"] == [landlock.SIGNAL]
     assert "LANDLOCK" not in kinds(N.translate(plan, landlock_abi=5))
     # One rule for every command: the signal scope wherever the kernel has it (a
-    # command that could signal its keeper could hold its own end), else the
-    # filesystem kind for a command that cannot mount.
-    assert [op.n for op in N.translate(_plan(), landlock_abi=6) if op.kind == "LANDLOCK"] == [landlock.SIGNAL]
+    # command that could signal its keeper could hold its own end), with the filesystem
+    # rules for a command that cannot mount (SIGNAL_FS), else the filesystem kind alone.
+    assert [op.n for op in N.translate(_plan(), landlock_abi=6) if op.kind == "LANDLOCK"] == [landlock.SIGNAL_FS]
     assert [op.n for op in N.translate(_plan(), landlock_abi=5) if op.kind == "LANDLOCK"] == [landlock.FS]
+    assert [op.a for op in ops if op.kind == "LANDLOCK"] == [None]   # the signal kind: no write rules
+
+
+def test_landlock_write_rules_beneath_the_writable_destinations_only():
+    """A filesystem domain grants writing beneath each writable mount of the plan
+    (native/psb_landlock.h): the workdir, /tmp, /dev, /proc here; not the read-only
+    root, a read-only bind, a hidden path, a mount a later one covers, nor one remounted
+    read-only at its destination."""
+    ops = (P.BindMount("/", "/", readonly=True), P.BindMount("/w", "/w"), P.MountTmpfs("/tmp"),
+           P.BindMount("/r", "/r", readonly=True), P.MountTmpfs("/h", readonly=True),
+           P.MountTmpfs("/covered"), P.BindMount("/x", "/covered", readonly=True),
+           P.MountTmpfs("/later-ro"), P.RemountReadonly("/later-ro"), P.MountProc("/proc"), P.MinimalDev("/dev"),
+           P.MountOverlay("/ov", lower=("/l",), tmp=True), P.MountOverlay("/ro-ov", lower=("/l",)),
+           P.WriteFile("/f", data=b"", bind=True), P.WriteFile("/rf", data=b"", bind=True, readonly=True),
+           P.MountMqueue("/dev/mqueue"), P.MountTmpfs("/tmp"))
+    assert landlock.writable_destinations(ops) == ("/w", "/proc", "/dev", "/ov", "/f", "/dev/mqueue", "/tmp")
+    assert landlock.writable_destinations((P.BindMount("/", "/"),)) == ("/",)   # pybwrap --bind / /
+    # a minimal /dev remounted read-only (not recursive): its own mounts stay writable
+    dev = (P.MinimalDev("/dev"), P.RemountReadonly("/dev"), P.RemountReadonly("/dev/tty"), P.MountTmpfs("/dev/pts"))
+    assert landlock.writable_destinations(dev) == ("/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                                   "/dev/urandom", "/dev/pts")
+    assert landlock.path_list(("/w", "/tmp")) == b"/w\0/tmp\0\0" and landlock.path_list(()) == b"\0"
+    policy = PP.Policy.default(workdir="/tmp")
+    plan = P.compile(policy, outer_ids=(1000, 1000))
+    op = next(op for op in N.translate(plan, landlock_abi=6) if op.kind == "LANDLOCK")
+    assert op.n == landlock.SIGNAL_FS and op.a == landlock.path_list(landlock.writable_destinations(plan.ops))
+    assert {"/tmp", "/proc", "/dev"} <= set(landlock.writable_destinations(plan.ops))
+    assert "/" not in landlock.writable_destinations(plan.ops)
 
 
 def test_userns_block_fd_waits_instead_of_writing_maps():

@@ -14,9 +14,8 @@ import stat
 from collections.abc import Callable
 
 from ...checks import CAPABILITIES
+from ...ops import DEV_NODES
 from ...records import dataclass
-
-DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
 
 def source_is_dir(op) -> bool:

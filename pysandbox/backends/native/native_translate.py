@@ -357,7 +357,9 @@ def _landlock(cx, i):
     gives none."""
     ll = landlock.kind(cx.plan.command_may_mount, cx.host.landlock_abi)
     if ll != landlock.NONE and any(o.kind == "NNP" for o in cx.ops):
-        cx.add("LANDLOCK", n=ll, stage="landlock", plan_index=i)
+        # a: where a filesystem domain grants writing (the plan's writable mounts)
+        paths = None if ll == landlock.SIGNAL else landlock.path_list(landlock.writable_destinations(cx.plan.ops))
+        cx.add("LANDLOCK", n=ll, a=paths, stage="landlock", plan_index=i)
 
 
 def _wait_fd(cx, op, i):
