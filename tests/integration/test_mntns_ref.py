@@ -116,3 +116,30 @@ def test_another_sandbox_never_inherits_it():
         assert theirs in given.split()
     finally:
         finish(proc)
+
+
+def test_a_fork_of_the_launcher_does_not_keep_the_reference():
+    """A fork without exec (a multiprocessing worker) would keep a running sandbox's
+    namespace alive for its own life: its copy is closed in the child (at-fork hook).
+    Live control: an untracked duplicate made before the fork is still seen there."""
+    proc = waiting()
+    try:
+        fd = held_by(proc)
+        theirs = os.readlink(f"/proc/{proc.pid}/ns/mnt")
+        dup = os.dup(fd)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                def names(n):
+                    try:
+                        return os.readlink(f"/proc/self/fd/{n}") == theirs
+                    except OSError:
+                        return False
+                os._exit(0 if not names(fd) and names(dup) else 1)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+        finally:
+            os.close(dup)
+        assert held_by(proc) == fd   # the parent still holds its own
+    finally:
+        finish(proc)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 import threading
 
 from ... import plan as P
@@ -60,6 +61,15 @@ class NativeChild:
         self._status_fd = status_fd
         self.monitor = monitor
         self._mntns_fd = mntns_fd
+        if mntns_fd >= 0:
+            _holding.add(self)
+
+    def _drop_in_fork(self) -> None:
+        """In a fork of the launcher (no exec): its copy of the reference is closed here,
+        so a long-lived fork (a multiprocessing worker) never keeps the namespace alive."""
+        fd, self._mntns_fd = self._mntns_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def returncode(self, wait_status: int) -> int:
         """The command's returncode: the init reports the command's raw wait status
@@ -97,6 +107,10 @@ class NativeChild:
             load_module()[1].psb_close_later(fd)
         if self.monitor is not None:
             self.monitor.end()
+
+
+_holding: "weakref.WeakSet[NativeChild]" = weakref.WeakSet()   # children holding a reference
+os.register_at_fork(after_in_child=lambda: [c._drop_in_fork() for c in list(_holding)])
 
 
 class _Ready:
