@@ -14,7 +14,8 @@
  *
  * The descriptor is the launcher's own (never passed on: close-on-exec, and the setup
  * child marks every inherited descriptor close-on-exec before any exec); a fork of the
- * caller (no exec) closes the queued ones at once (atfork handler). Runs in the
+ * caller (no exec) closes the queued ones at once (atfork handler; the running sandboxes'
+ * ones: Python's at-fork hook, pysandbox/backends/native/__init__.py). Runs in the
  * caller's process, any privilege, any thread. */
 #include "psb_internal.h"
 #include <stdio.h>
