@@ -110,7 +110,14 @@ class NativeChild:
 
 
 _holding: "weakref.WeakSet[NativeChild]" = weakref.WeakSet()   # children holding a reference
-os.register_at_fork(after_in_child=lambda: [c._drop_in_fork() for c in list(_holding)])
+
+
+def _drop_references_in_fork() -> None:
+    for child in list(_holding):
+        child._drop_in_fork()
+
+
+os.register_at_fork(after_in_child=_drop_references_in_fork)
 
 
 class _Ready:
