@@ -91,3 +91,36 @@ def test_an_init_failing_before_its_gate_is_reported_as_its_own_failure(tmp_path
     prompt, late = failures(0), failures(1.0)
     assert prompt.op is not None and late.op == prompt.op, (prompt, late)
     assert (late.reason, late.stage, late.errno) == (prompt.reason, prompt.stage, prompt.errno), (prompt, late)
+
+
+def test_pid1_gone_before_the_monitor_is_diagnosed_and_runs_nothing(tmp_path, monkeypatch):
+    # Seen once in CI (differential, bwrap 0.11, as_pid_1): the sandbox's pid 1 was gone
+    # when the launcher went to hold it, and the launch raised a generic "pid 1 ended
+    # before its lifetime monitor could hold it" that named no step. Now the launch reads
+    # what ended it (the init's report, bwrap's exit) as any other launch does, and the
+    # command never runs. Injected: pid 1 killed and reaped by bwrap before the lookup.
+    import pysandbox.backends.bwrap as bwrap_backend
+    marker = tmp_path / "ran"
+    argv = ["sh", "-c", f"echo yes > {marker}"]
+    assert pysandbox.run(argv, policy=_policy(tmp_path), backend="bwrap").returncode == 0   # live control
+    assert marker.exists()
+    marker.unlink()
+    real = bwrap_backend.pid1_fd
+
+    def killed_first(child_pid, bwrap_pid):
+        fd = real(child_pid, bwrap_pid)
+        assert fd >= 0   # alive when bwrap named it: the injection is what ends it
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        select.select([fd], [], [], 10)
+        os.close(fd)
+        time.sleep(0.3)   # bwrap reaps it (and exits)
+        return real(child_pid, bwrap_pid)
+
+    monkeypatch.setattr(bwrap_backend, "pid1_fd", killed_first)
+    before = _children()
+    with pytest.raises(pysandbox.SetupError) as got:
+        pysandbox.run(argv, policy=_policy(tmp_path), backend="bwrap")
+    assert got.value.reason == pysandbox.Reason.SETUP_FAILED
+    assert "before its init reported" in str(got.value), got.value
+    assert not marker.exists()
+    assert _children() - before == set()

@@ -297,10 +297,15 @@ class BwrapBackend:
                 if gate_w != -1:
                     os.close(gate_w)
                 raise
-        if watched:
-            self._watch(child, proc, gate_w, plan)
+        held = self._watch(child, proc, gate_w) if watched else True
         if init:
             self._wait_for_init(child, proc, info, plan, exe, child_tail)
+        if not held:
+            # unreachable: an init that got no gate byte runs no command (it reports no start)
+            end_bwrap(proc)
+            child.close()
+            raise SetupError("as_pid_1: the sandbox's pid 1 ended before its lifetime monitor could hold it; "
+                             "the command did not run", Reason.SETUP_FAILED, stage="lifetime monitor")
         elif wait_for_exec(child, info.path) == 1:
             self._setup_failed(proc, info, plan)
         log = debug_logger()
@@ -310,19 +315,24 @@ class BwrapBackend:
         return child
 
     @staticmethod
-    def _watch(child: BwrapChild, proc, gate_w: int, plan) -> None:
+    def _watch(child: BwrapChild, proc, gate_w: int) -> bool:
         """as_pid_1: start the launcher's lifetime monitor on pid 1's pidfd (checked to be
         bwrap's child, so no reused pid), then open our init's gate (``-w``): the command
         runs only once the monitor exists. A monitor that cannot start fails the launch,
         the command never ran (the gate closed without a byte: the init exits).
 
+        Returns False, the gate closed unopened, when pid 1 is gone already: a setup step
+        failed first (bwrap's, or our init's), and :meth:`_wait_for_init` reads which, as
+        it does for any launch (bwrap's exit, the init's report), in place of a generic
+        "pid 1 ended" that named neither.
+
         Raises:
-            CapabilityUnavailable (lifetime_monitor_unavailable), SetupError.
+            CapabilityUnavailable (lifetime_monitor_unavailable).
         """
+        if child.pidfd < 0:
+            os.close(gate_w)
+            return False
         try:
-            if child.pidfd < 0:
-                raise SetupError("as_pid_1: the sandbox's pid 1 ended before its lifetime monitor could hold it; "
-                                 "the command did not run", Reason.SETUP_FAILED, stage="lifetime monitor")
             child.monitor = monitor.start(child.pidfd)
             try:
                 os.write(gate_w, b"\1")
@@ -337,6 +347,7 @@ class BwrapBackend:
             child.close()   # the monitor too: a failure here must leave no process behind
             raise
         os.close(gate_w)
+        return True
 
     def _setup_failed(self, proc, info, plan) -> None:
         """bwrap exited 1 and the command was never seen running: a setup failure (the
