@@ -158,32 +158,11 @@ static void psb_exec_init(struct psb_child *c, int i)
     if ((c->status_fd < 0 || fcntl(c->status_fd, F_SETFD, 0) == 0) && fcntl(go[1], F_SETFD, 0) == 0) {
         char pidbuf[16], fdbuf[16], sigbuf[24];
         char *argv[] = { "psb-init", pidbuf, fdbuf, sigbuf, dumpable ? "1" : "0", NULL };
-        char *none[] = { NULL };
-        char **envp = dumpable ? c->envp : none;
-        char *p = pidbuf + sizeof pidbuf;
-        unsigned int v = (unsigned int)cmd;
-        *--p = '\0';
-        do {
-            *--p = (char)('0' + v % 10);
-            v /= 10;
-        } while (v);
-        argv[1] = p;
-        p = fdbuf + sizeof fdbuf;
-        v = (unsigned int)(c->status_fd >= 0 ? c->status_fd : 0);
-        *--p = '\0';
-        do {
-            *--p = (char)('0' + v % 10);
-            v /= 10;
-        } while (v);
-        argv[2] = p;
-        p = sigbuf + sizeof sigbuf;
-        unsigned long m = c->launch->fwd_signals;
-        *--p = '\0';
-        do {
-            *--p = (char)('0' + m % 10);
-            m /= 10;
-        } while (m);
-        argv[3] = p;
+        char *const none[] = { NULL };
+        char *const *envp = dumpable ? c->envp : none;
+        pidbuf[psb_utoa(pidbuf, (unsigned int)cmd)] = '\0';
+        fdbuf[psb_utoa(fdbuf, (unsigned int)(c->status_fd >= 0 ? c->status_fd : 0))] = '\0';
+        sigbuf[psb_utoa(sigbuf, c->launch->fwd_signals)] = '\0';
         psb_stamp(c->launch, PSB_STAMP_INIT_EXEC);
         syscall(SYS_execveat, c->plan->init_fd, "", argv, envp, AT_EMPTY_PATH);
     }

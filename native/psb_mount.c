@@ -307,18 +307,8 @@ int psb_open_parent(struct psb_child *c, const char *path, char buf[PATH_MAX], c
  * kernels' mount). The magic link names the descriptor's own file, not a path. */
 const char *psb_fd_path(char buf[64], int fd)
 {
-    char digits[16];
-    int n = 0;
-    unsigned int v = (unsigned int)fd;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
     memcpy(buf, "/oldroot/proc/self/fd/", 22);
-    size_t len = 22;
-    while (n > 0)
-        buf[len++] = digits[--n];
-    buf[len] = '\0';
+    buf[22 + psb_utoa(buf + 22, (unsigned int)fd)] = '\0';
     return buf;
 }
 

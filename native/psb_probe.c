@@ -2,6 +2,8 @@
  * procfs (psb_probe), mount_setattr, and the sealed memfd of the freestanding init
  * (psb_init_memfd, psb_probe_exec_init). Run in the caller's process, any privilege. */
 #include "psb_internal.h"
+#define PSB_LIBC
+#include "psb_sys.h"   /* psb_utoa */
 #include "_psb_init_blob.h"
 
 /* Runs in a throwaway child cloned with ``clone_flags`` (new namespaces, all
@@ -108,17 +110,7 @@ int psb_init_memfd(void)
     /* Keep an O_PATH descriptor, not the writable one (exec of a file open for
      * writing is ETXTBSY on many kernels). */
     char path[64] = "/proc/self/fd/";
-    char digits[16];
-    int n = 0;
-    unsigned int v = (unsigned int)fd;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    size_t len = strlen(path);
-    while (n > 0)
-        path[len++] = digits[--n];
-    path[len] = '\0';
+    path[14 + psb_utoa(path + 14, (unsigned int)fd)] = '\0';
     int pfd = open(path, O_PATH | O_CLOEXEC);
     if (pfd >= 0) {
         close(fd);

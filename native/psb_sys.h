@@ -39,4 +39,20 @@ static inline int psb_fstatat(int dir, const char *path, struct stat *st, int fl
 #define psb_sys(n, a, b, c, d, e) sys6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
 #endif
 
+/* V in decimal at DST, no NUL; returns the number of digits (at most 20). Any process of
+ * either build: no libc, async-signal-safe. The one formatter of the module's numbers
+ * (descriptor paths, id maps, argv of the inits). */
+static inline unsigned int psb_utoa(char *dst, unsigned long v)
+{
+    char digits[20];
+    unsigned int n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (unsigned int i = 0; i < n; i++)
+        dst[i] = digits[n - 1 - i];
+    return n;
+}
+
 #endif

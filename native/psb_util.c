@@ -3,6 +3,8 @@
  * up. Each says which process runs it; most run in the cloned child, where only
  * async-signal-safe calls are allowed. */
 #include "psb_internal.h"
+#define PSB_LIBC
+#include "psb_sys.h"   /* psb_utoa */
 
 /* Runs in the child: a record that is not a failure (PSB_OP_HOP). */
 int psb_record(struct psb_child *c, int stage, int op)
@@ -113,16 +115,9 @@ int psb_loopback_up(void)
 /* Any process, no stdio or malloc: "<id> <id> 1\n". */
 void psb_fmt_map(char *buf, unsigned int id)
 {
-    char digits[16];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + id % 10);
-        id /= 10;
-    } while (id);
     char *p = buf;
     for (int rep = 0; rep < 2; rep++) {
-        for (int i = n - 1; i >= 0; i--)
-            *p++ = digits[i];
+        p += psb_utoa(p, id);
         *p++ = ' ';
     }
     memcpy(p, "1\n", 3);
