@@ -1,5 +1,5 @@
 """The bwrap backend's as_pid_1 start when the sandbox dies between the lifetime
-monitor's start and the init's gate (pysandbox/backends/bwrap/__init__.py ``_watch``): the launch
+monitor's start and the init's gate (pysandbox/backends/bwrap/bwrap_launch.py ``watch``): the launch
 raises its own typed error and leaves no process of the launcher behind. Before the fix,
 ``proc.kill()`` polled and reaped a bwrap that had already exited, the ``waitpid`` after
 it raised ChildProcessError (ECHILD) in place of the launch's error, and the cleanup after

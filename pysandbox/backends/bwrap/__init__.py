@@ -81,7 +81,7 @@ from ..base import BackendStatus, CapabilityStatus, Launch, backend_down, check_
 from .bwrap_init import (INIT_FAILED, INIT_STARTED, bind_identities, init_command, init_memfd, init_unreachable,
                          read_words)
 from .bwrap_tail import failure, launch_plan, plan_memfd
-from .bwrap_launch import (INFO_TIMEOUT, BwrapChild, end_bwrap, pdeathsig_preexec, pid1_fd, read_info, spawner,
+from .bwrap_launch import (INFO_TIMEOUT, BwrapChild, end_bwrap, pdeathsig_preexec, pid1_fd, read_info, spawner, watch,
                            wait_for_exec)
 from .bwrap_render import DataFds, caller_fds, flatten, init_mode, nul_joined, render
 
@@ -297,7 +297,7 @@ class BwrapBackend:
                 if gate_w != -1:
                     os.close(gate_w)
                 raise
-        held = self._watch(child, proc, gate_w) if watched else True
+        held = watch(child, proc, gate_w) if watched else True
         if init:
             self._wait_for_init(child, proc, info, plan, exe, child_tail)
         if not held:
@@ -313,41 +313,6 @@ class BwrapBackend:
             log.debug("bwrap: %s (%s), init %s: started, set up and exec'd in %.1f ms", info.path, info.version,
                       init or "none", ms(started))
         return child
-
-    @staticmethod
-    def _watch(child: BwrapChild, proc, gate_w: int) -> bool:
-        """as_pid_1: start the launcher's lifetime monitor on pid 1's pidfd (checked to be
-        bwrap's child, so no reused pid), then open our init's gate (``-w``): the command
-        runs only once the monitor exists. A monitor that cannot start fails the launch,
-        the command never ran (the gate closed without a byte: the init exits).
-
-        Returns False, the gate closed unopened, when pid 1 is gone already: a setup step
-        failed first (bwrap's, or our init's), and :meth:`_wait_for_init` reads which, as
-        it does for any launch (bwrap's exit, the init's report), in place of a generic
-        "pid 1 ended" that named neither.
-
-        Raises:
-            CapabilityUnavailable (lifetime_monitor_unavailable).
-        """
-        if child.pidfd < 0:
-            os.close(gate_w)
-            return False
-        try:
-            child.monitor = monitor.start(child.pidfd)
-            try:
-                os.write(gate_w, b"\1")
-            except BrokenPipeError:
-                # The init is gone without the command: a setup step of its own failed
-                # first (its report waits in the status pipe), or bwrap could not exec it.
-                # _wait_for_init reads which, as it would had the gate opened in time.
-                pass
-        except BaseException:
-            os.close(gate_w)
-            end_bwrap(proc)   # bwrap, our child: its death takes the sandbox with it
-            child.close()   # the monitor too: a failure here must leave no process behind
-            raise
-        os.close(gate_w)
-        return True
 
     def _setup_failed(self, proc, info, plan) -> None:
         """bwrap exited 1 and the command was never seen running: a setup failure (the

@@ -5,7 +5,8 @@
 - :data:`spawner`: the one long-lived thread that forks every bwrap, with
   :func:`pdeathsig_preexec` (the sandbox dies with the launching process);
 - waiting for the start: :func:`read_info` (bwrap's ``--info-fd``) and, without our
-  init, :func:`wait_for_exec` (the command was seen executed); :func:`first_child`.
+  init, :func:`wait_for_exec` (the command was seen executed); :func:`first_child`;
+- as_pid_1: :func:`watch` starts the lifetime monitor, then opens our init's gate.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 import threading
 import time
 from ...records import dataclass
+from .. import monitor
 from ..monitor import Monitor
 
 
@@ -280,3 +282,38 @@ def end_bwrap(proc) -> None:
     except ProcessLookupError:
         pass
     os.waitpid(proc.pid, 0)
+
+
+def watch(child: BwrapChild, proc, gate_w: int) -> bool:
+    """as_pid_1: start the launcher's lifetime monitor on pid 1's pidfd (checked to be
+    bwrap's child, so no reused pid), then open our init's gate (``-w``): the command
+    runs only once the monitor exists. A monitor that cannot start fails the launch,
+    the command never ran (the gate closed without a byte: the init exits).
+
+    Returns False, the gate closed unopened, when pid 1 is gone already: a setup step
+    failed first (bwrap's, or our init's), and the backend's ``_wait_for_init`` reads which, as
+    it does for any launch (bwrap's exit, the init's report), in place of a generic
+    "pid 1 ended" that named neither.
+
+    Raises:
+        CapabilityUnavailable (lifetime_monitor_unavailable).
+    """
+    if child.pidfd < 0:
+        os.close(gate_w)
+        return False
+    try:
+        child.monitor = monitor.start(child.pidfd)
+        try:
+            os.write(gate_w, b"\1")
+        except BrokenPipeError:
+            # The init is gone without the command: a setup step of its own failed
+            # first (its report waits in the status pipe), or bwrap could not exec it.
+            # _wait_for_init reads which, as it would had the gate opened in time.
+            pass
+    except BaseException:
+        os.close(gate_w)
+        end_bwrap(proc)   # bwrap, our child: its death takes the sandbox with it
+        child.close()   # the monitor too: a failure here must leave no process behind
+        raise
+    os.close(gate_w)
+    return True
