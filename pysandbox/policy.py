@@ -8,7 +8,6 @@ with a reason and the offending value, never another exception.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Iterable
 
@@ -172,6 +171,7 @@ class Policy:
         set_field(self, "uid", check_id(self.uid, "uid"))
         set_field(self, "gid", check_id(self.gid, "gid"))
         if self.hostname is not None:
+            import re   # here: a policy without a hostname does not pay for it (issue 28)
             if not isinstance(self.hostname, str) or not re.match(_HOSTNAME, self.hostname):
                 raise PolicyError(f"hostname must be 1-63 letters, digits, '.' or '-': {self.hostname!r}",
                                   Reason.INVALID_VALUE, self.hostname)
