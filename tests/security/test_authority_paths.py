@@ -101,3 +101,37 @@ def test_root_services_that_trust_the_peer_uid_are_candidates():
             assert (f"{root}/{rel}", kind) in got
     assert ("/var/snap/lxd/common/lxd/unix.socket", "lxd") in got
     assert ("/var/lib/incus/unix.socket", "incus") in got
+
+
+def _present_without_skip(environ, home):
+    """authority.present before issue 28's /var/run shortcut: every candidate stat'ed."""
+    import stat
+    seen, out = set(), []
+    for sock in authority.candidates(environ, home):
+        try:
+            if not stat.S_ISSOCK(os.stat(sock.path).st_mode):
+                continue
+            real = os.path.realpath(sock.path)
+            if real in seen or not stat.S_ISSOCK(os.stat(real).st_mode):
+                continue
+        except (OSError, ValueError):
+            continue
+        seen.add(real)
+        out.append(authority.AuthoritySocket(real, sock.kind, sock.source))
+    return out
+
+
+def test_var_run_shortcut_finds_what_stating_each_finds(tmp_path):
+    """Each /var/run/NAME skipped as /run/NAME's twin: the same sockets, kinds and sources
+    as stating every candidate (this host's own sockets, and the test's through variables,
+    one of them named under /var/run when /var/run is /run's symlink)."""
+    sock_path = tmp_path / "agent.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_path))
+    try:
+        env = {"SSH_AUTH_SOCK": str(sock_path), "DOCKER_HOST": "unix:///var/run/docker.sock"}
+        got = authority.present(env, home="/nonexistent")
+        assert got == _present_without_skip(env, "/nonexistent")
+        assert str(sock_path) in {s.path for s in got}   # control: the harness sees a socket
+    finally:
+        server.close()
