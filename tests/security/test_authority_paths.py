@@ -104,21 +104,21 @@ def test_root_services_that_trust_the_peer_uid_are_candidates():
 
 
 def _present_without_skip(environ, home):
-    """authority.present before issue 28's /var/run shortcut: every candidate stat'ed."""
+    """authority.present's list computed the plain way (before issue 28's /var/run
+    shortcut): each candidate that is a socket, by its real path, first entry per path."""
     import stat
-    seen, out = set(), []
-    for sock in authority.candidates(environ, home):
+
+    def is_socket(path):
         try:
-            if not stat.S_ISSOCK(os.stat(sock.path).st_mode):
-                continue
-            real = os.path.realpath(sock.path)
-            if real in seen or not stat.S_ISSOCK(os.stat(real).st_mode):
-                continue
+            return stat.S_ISSOCK(os.stat(path).st_mode)
         except (OSError, ValueError):
-            continue
-        seen.add(real)
-        out.append(authority.AuthoritySocket(real, sock.kind, sock.source))
-    return out
+            return False
+    first: dict = {}
+    for sock in authority.candidates(environ, home):
+        real = os.path.realpath(sock.path) if is_socket(sock.path) else None
+        if real is not None and real not in first:
+            first[real] = authority.AuthoritySocket(real, sock.kind, sock.source)
+    return list(first.values())
 
 
 def test_var_run_shortcut_finds_what_stating_each_finds(tmp_path):

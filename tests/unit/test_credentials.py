@@ -255,24 +255,17 @@ def test_matching_of_a_missing_folder_is_empty_and_other_patterns_are_refused(tm
 
 
 def _present_by_realpath(environ):
-    """credentials.present as it was (issue 28 made it cheaper): lstat, realpath and lstat
-    of every candidate, the reference the cached parents must equal."""
-    import stat
-    seen, out = set(), []
+    """credentials.present's list computed the plain way (issue 28 made present cheaper):
+    os.path.realpath of each candidate that exists, first entry per real path, kept when
+    readable (a directory: searchable)."""
+    first: dict = {}
     for store in credentials.candidates(environ):
-        try:
-            os.lstat(store.path)
-            real = os.path.realpath(store.path)
-            st = os.lstat(real)
-        except (OSError, ValueError):
-            continue
-        if real in seen or real == "/":
-            continue
-        if not (os.access(real, os.R_OK) or (stat.S_ISDIR(st.st_mode) and os.access(real, os.X_OK))):
-            continue
-        seen.add(real)
-        out.append(credentials.CredentialStore(real, store.kind, store.source))
-    return out
+        real = os.path.realpath(store.path) if os.path.lexists(store.path) else None
+        readable = real is not None and real != "/" and os.path.lexists(real) and \
+            (os.access(real, os.R_OK) or os.path.isdir(real) and os.access(real, os.X_OK))
+        if readable and real not in first:
+            first[real] = credentials.CredentialStore(real, store.kind, store.source)
+    return list(first.values())
 
 
 def test_present_resolves_as_realpath_does(tmp_path):
