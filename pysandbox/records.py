@@ -200,12 +200,15 @@ def _init(cls, names, defaults, factories, frozen):
     fast = (frozen or cls.__setattr__ is object.__setattr__) and \
         not any(hasattr(type(getattr(cls, name, None)), "__set__") for name in names)
     start = {n: defaults[n] if n in defaults else _FACTORY if n in factories else _MISSING for n in names}
-    leading = [frozenset(names[:k]) for k in range(count + 1)]
-    needed = [frozenset(required) - leading[k] for k in range(count + 1)]   # required, not positional
+    # the required fields lead (a field without a default after one with is a class error)
+    fast = fast and required == names[:len(required)]
+    nreq = len(required)
 
     def __init__(self, *args, **kwargs):
-        if fast and type(self) is cls and len(args) <= count and index.issuperset(kwargs) \
-                and leading[len(args)].isdisjoint(kwargs) and needed[len(args)].issubset(kwargs):
+        given = len(args)
+        if fast and type(self) is cls and given <= count and index.issuperset(kwargs) \
+                and not (given and kwargs and any(n in kwargs for n in names[:given])) \
+                and (given >= nreq or all(n in kwargs for n in names[given:nreq])):
             values = start.copy()
             values.update(zip(names, args))
             values.update(kwargs)
