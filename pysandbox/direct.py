@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import select
 import signal
-import threading
+import _thread
 import time
 
 from .sandbox_start import SandboxStart
@@ -44,7 +44,7 @@ class DirectProcess(SandboxStart):
 
     def __init__(self, args, *, stdin=None, stdout=None, stderr=None, **options):
         self.returncode = None
-        self._waitpid_lock = threading.Lock()   # as Popen's: one reaper at a time
+        self._waitpid_lock = _thread.allocate_lock()   # threading.Lock, as Popen's: one reaper at a time
         for got in (stdin, stdout, stderr):
             if got not in (None, DEVNULL):
                 raise ValueError(f"DirectProcess takes None or DEVNULL for stdio, not {got!r}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
+import _thread
 
 from . import plan as _plan
 from . import view as _view
@@ -32,7 +32,7 @@ from .errors import PolicyError, Reason
 
 _plan_cache: dict = {}
 _plan_by_id: dict = {}
-_plan_lock = threading.Lock()
+_plan_lock = _thread.allocate_lock()   # threading's own Lock; threading itself is not imported by a launch (issue 28)
 
 
 def compiled(policy: Policy, *, allow_host_mountpoints: bool = False) -> _plan.Plan:

@@ -162,7 +162,7 @@ def test_control_pysandbox_run_imports_the_default_policys_protections():
 # package's and cffi's directories on the path, main's modules listed before json is
 # imported to print them. `pysandbox run -- CMD` and pybwrap launch through
 # pysandbox/direct.py, not subprocess.Popen: no subprocess (nor locale, selectors), and
-# no `re` while nothing asks a pattern (issue 28).
+# no `re` while nothing asks a pattern, no threading while nothing starts a thread (issue 28).
 BARE = """
 import sys
 sys.path[:0] = {paths!r}
@@ -173,7 +173,7 @@ modules = sorted(sys.modules)
 import json
 sys.stdout.write(json.dumps({{"code": code, "modules": modules}}))
 """
-LAUNCH_FREE = ("subprocess", "locale", "selectors", "re")
+LAUNCH_FREE = ("subprocess", "locale", "selectors", "re", "threading")
 
 
 def bare(module: str, argv: list[str], env: dict | None = None) -> dict:
@@ -194,7 +194,7 @@ BARE_CASES = [pytest.param("pysandbox.cli", ["run", "--", "/bin/true"], id="pysa
 
 @pytest.mark.requires("native")
 @pytest.mark.parametrize("module,argv", BARE_CASES)
-def test_a_launch_imports_no_subprocess_nor_re(module, argv):
+def test_a_launch_imports_no_subprocess_re_nor_threading(module, argv):
     import os
     env = {k: v for k, v in os.environ.items() if k.isascii() and "://" not in v}   # no pattern to ask
     got = bare(module, argv, env)
@@ -212,3 +212,5 @@ def test_control_the_bare_harness_sees_subprocess_and_re():
     env = dict(os.environ, PSB_TEST_URL="postgres://u:p@db.test/x")
     asked = bare("pysandbox.cli", ["run", "--", "/bin/true"], env)
     assert asked["code"] == 0 and "re" in asked["modules"] and "subprocess" not in asked["modules"]
+    timed = bare("pysandbox.cli", ["run", "--limit-wall", "60", "--", "/bin/true"], dict(os.environ))
+    assert timed["code"] == 0 and "threading" in timed["modules"]   # a wall-time limit's timer thread
