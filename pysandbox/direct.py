@@ -76,9 +76,9 @@ class DirectProcess(SandboxStart):
             subprocess.TimeoutExpired: ``timeout`` seconds passed first.
         """
         code = self.wait_for(timeout)
-        if code is None:
+        if code is None:   # only with a timeout: wait_for(None) waits for the end
             import subprocess   # only now: a launch that never times out does not import it
-            raise subprocess.TimeoutExpired(self.args, timeout)
+            raise subprocess.TimeoutExpired(self.args, timeout if timeout is not None else 0.0)
         return code
 
     def wait_for(self, timeout: float | None) -> int | None:

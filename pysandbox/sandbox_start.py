@@ -12,20 +12,23 @@ after :meth:`SandboxStart._set_up`).
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
-import _thread
 
 from . import plan as _plan
 from . import view as _view
 from .checks import check_path
-from .records import replace
+from .records import TYPE_CHECKING, replace
 from .backends import after_failed_launch, select_backend
 from .backends.base import Launch
 from .enforcement import LimitedChild, prepare
 from .environment import EnvCache
 from .policy import Policy, check_fd
 from .errors import PolicyError, Reason
+
+if TYPE_CHECKING:   # typing is not imported by a launch
+    from typing import Any
 
 # A timeout or kill ends the sandbox with SIGKILL on its outermost process; the
 # pid namespace takes every descendant with it.
@@ -111,8 +114,11 @@ class SandboxStart:
     child's descriptors), :meth:`_started` (right after it), :meth:`_finish` (after the
     reap). The subclass holds ``_child`` and ``returncode``."""
 
-    _child = None
-    returncode = None
+    _child: Any = None   # the backend's child (NativeChild, BwrapChild, LimitedChild) once started
+    returncode: int | None = None
+
+    if TYPE_CHECKING:   # each subclass's own (SIGKILL: the whole sandbox)
+        def send_signal(self, sig) -> None: ...
 
     def _set_up(self, args, kwargs: dict, *, policy: Policy | None = None, backend: str = "auto", env=None,
                 pass_fds=(), on_start=None, cwd=None, close_in_setup=(), pty_socket=None, pty_stdio=0b111,
