@@ -11,14 +11,14 @@ import errno
 import fcntl
 import os
 import signal
-import subprocess
 import sys
 
 from pysandbox import ops as O
 from pysandbox import view
 from pysandbox.errors import BwrapArgumentError, Reason, SetupError
 from pysandbox.lifecycle import exit_status
-from pysandbox.process import Popen, compiled
+from pysandbox.direct import DEVNULL, DirectProcess
+from pysandbox.sandbox_start import compiled
 
 from . import selfexec
 from .lifeline import bind_to_parent
@@ -165,7 +165,7 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
                 # that slot closed. The executor hands a command exactly three standard
                 # descriptors, so it gets /dev/null there (README.md: the corpus's tolerated
                 # differences, the --file 0 entry).
-                stdio[("stdin", "stdout", "stderr")[fd]] = subprocess.DEVNULL
+                stdio[("stdin", "stdout", "stderr")[fd]] = DEVNULL
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def report(pid: int, ids) -> None:
@@ -192,9 +192,9 @@ def run(args: BwrapArgs, backend: str = "native", parent_pid: int | None = None)
     reporting = compat.info_fd is not None or compat.json_status_fd is not None
     try:
         try:
-            proc = Popen(command, policy=policy, backend=backend, pass_fds=pass_fds, **stdio, _host_mountpoints=True,
-                         on_start=started if reporting else None,
-                         close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
+            proc = DirectProcess(command, policy=policy, backend=backend, pass_fds=pass_fds, **stdio,
+                                 _host_mountpoints=True, on_start=started if reporting else None,
+                                 close_in_setup=tuple(fd for fd in (compat.info_fd, compat.json_status_fd) if fd is not None))
         except BaseException:
             for pid, ids in cloned:   # the setup failed: what bwrap's monitor wrote at the clone
                 report(pid, ids)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 
 PR_SET_PDEATHSIG = 1
 
@@ -35,6 +34,7 @@ def bind_to_parent(parent_pid: int) -> None:
         OSError: prctl failed (bwrap: "prctl").
         RuntimeError: called from a thread other than the main one.
     """
+    import threading   # here: only with --die-with-parent (a launch imports no threading: issue 28)
     if threading.current_thread() is not threading.main_thread():
         raise RuntimeError("bind_to_parent must run on the main thread (PR_SET_PDEATHSIG is per thread)")
     import ctypes   # only with --die-with-parent: pybwrap's start-up imports no ctypes otherwise

@@ -176,11 +176,11 @@ def _run(parser, args, profile=None) -> int:
 
 
 def _launch_and_wait(args, command, policy, started, pending) -> int:
-    from .process import Popen, TimeoutExpired
+    from .direct import DirectProcess   # SandboxProcess's launch without subprocess (issue 28)
     from .trace import clock, ms
     started_at = clock()
     try:
-        proc = Popen(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd))
+        proc = DirectProcess(command, policy=policy, backend=args.backend, pass_fds=tuple(args.pass_fd))
     except OSError as exc:
         return start_failed(command, exc, _say)
     started.append(proc)
@@ -191,9 +191,8 @@ def _launch_and_wait(args, command, policy, started, pending) -> int:
                                             ms(started_at))
     for sig in pending:
         proc.forward_signal(sig)
-    try:
-        code = proc.wait(timeout=args.timeout)
-    except TimeoutExpired:
+    code = proc.wait_for(args.timeout)
+    if code is None:
         _say(f"timeout: {args.timeout:g} seconds passed; SIGTERM to the command, "
              f"SIGKILL to the sandbox {GRACE:g} seconds later")
         code = stop(proc, GRACE)

@@ -5,7 +5,6 @@ without its internal plan step and native op (kept under ``--verbose``)."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from . import cli_limits
@@ -39,6 +38,7 @@ def write_line(text: str) -> None:
 def without_step(message: str) -> str:
     """A setup error's line without ``(plan step N, native op M KIND)`` or the setup
     tail's ``(plan step N, tail step KIND)`` (backends/tail.py)."""
+    import re   # here: only a setup failure's message pays for it (issue 28)
     return re.sub(_STEP_DETAIL, "", message)
 
 

@@ -186,11 +186,11 @@ def present(environ: Mapping[str, str] | None = None) -> list[CredentialStore]:
     symlinks resolved, as the host has them)."""
     seen: set = set()
     out = []
+    parents: dict = {}   # realpath of a present store's parent, asked once (most share the home)
     for path, kind, source in _candidates(os.environ if environ is None else environ):
         try:
-            os.lstat(path)   # most are missing: one system call each
-            real = os.path.realpath(path)
-            st = os.lstat(real)
+            st = os.lstat(path)   # most are missing: one system call each
+            real, st = _resolved(path, st, parents)
         except (OSError, ValueError):
             continue
         if real in seen or real == "/":
@@ -203,6 +203,21 @@ def present(environ: Mapping[str, str] | None = None) -> list[CredentialStore]:
         seen.add(real)
         out.append(CredentialStore(real, kind, source))
     return out
+
+
+def _resolved(path: str, st, parents: dict):
+    """``(os.path.realpath(path), os.lstat(real))`` given ``st = os.lstat(path)``: for a
+    path in normal form whose last component is not a symlink, the real path is its
+    parent's real path (``parents``: a cache) joined with that name, and ``st`` is
+    already that file's lstat; otherwise both are asked of the host."""
+    parent, _, name = path.rpartition("/")
+    if stat.S_ISLNK(st.st_mode) or not parent or name in ("", ".", "..") or os.path.normpath(path) != path:
+        real = os.path.realpath(path)
+        return real, os.lstat(real)
+    top = parents.get(parent)
+    if top is None:
+        top = parents[parent] = os.path.realpath(parent)
+    return (top.rstrip("/") + "/" + name), st
 
 
 def hides(named: Iterable[str] = (), environ: Mapping[str, str] | None = None) -> list[str]:

@@ -11,7 +11,6 @@ counters and removes them.
 from __future__ import annotations
 
 import signal
-import threading
 
 from .errors import LimitUnavailable
 from .limits import Limits
@@ -61,8 +60,9 @@ def which_limit(limits: Limits, returncode: int | None, hits: dict, wall_fired: 
     return None
 
 
-def deadline(seconds: float, expired, name: str) -> threading.Timer:
-    """A started daemon timer that calls ``expired()`` after ``seconds`` (a wall time)."""
+def deadline(seconds: float, expired, name: str):
+    """A started daemon ``threading.Timer`` that calls ``expired()`` after ``seconds`` (a wall time)."""
+    import threading   # here: only a wall-time limit starts a timer (issue 28)
     timer = threading.Timer(seconds, expired)
     timer.daemon = True
     timer.name = name

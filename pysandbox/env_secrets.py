@@ -23,18 +23,37 @@ path is a path, and the file is the credential stores' business).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 
 SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL")
-_SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.I)
+SECRET_NAME = "|".join(SECRET_WORDS)   # searched case-insensitively (re.I)
 # scheme://user:password@ (a password, even empty after the colon, is a credential)
-_URL_WITH_PASSWORD = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@")
+URL_WITH_PASSWORD = r"^[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@"
+_patterns: list = []   # both compiled, on the first name or value only they can decide
+
+
+def _compiled():
+    if not _patterns:
+        import re   # here: a launch whose environment is plain ASCII names and no URL skips it (issue 28)
+        _patterns[:] = [re.compile(SECRET_NAME, re.I), re.compile(URL_WITH_PASSWORD)]
+    return _patterns
 
 
 def is_secret(name: str, value: str) -> bool:
-    """True for a variable :mod:`this module <pysandbox.env_secrets>` keeps from the command."""
-    return bool(_SECRET_NAME.search(name) or _URL_WITH_PASSWORD.match(value))
+    """True for a variable :mod:`this module <pysandbox.env_secrets>` keeps from the command.
+
+    The patterns' answer, without them where the answer is plain: an ASCII name is
+    matched by its upper case (re.I's folding differs only beyond ASCII: the Kelvin
+    sign, the long s), and a value with no ``://`` or no ``@`` cannot match the URL."""
+    if name.isascii():
+        upper = name.upper()
+        if any(word in upper for word in SECRET_WORDS):
+            return True
+    elif _compiled()[0].search(name):
+        return True
+    if "://" not in value or "@" not in value:
+        return False
+    return bool(_compiled()[1].match(value))
 
 
 def secret_names(environ: Mapping[str, str], named: Iterable[str] = ()) -> list[str]:

@@ -18,7 +18,6 @@ Which limit ended a command is reported as one of :data:`KINDS` (``result.limit`
 
 from __future__ import annotations
 
-import re
 import resource
 
 from .checks import set_field, validated
@@ -43,6 +42,7 @@ def parse_size(text, what: str = "size") -> int:
     Raises:
         PolicyError (invalid_size): not a positive size.
     """
+    import re   # here: a launch without a size to read does not pay for it (issue 28)
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     elif isinstance(text, str) and (m := re.match(_SIZE, text)):

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import fcntl
 import os
-import threading
+import _thread
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()   # threading's own Lock; threading itself is not imported by a launch (issue 28)
 _fds: dict[str, int] = {}
 
 

@@ -8,8 +8,7 @@ with a reason and the offending value, never another exception.
 from __future__ import annotations
 
 import os
-import re
-import threading
+import _thread
 from collections.abc import Iterable
 
 from .checks import (CAPABILITIES, IMPLEMENTED_NETWORK_MODES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
@@ -35,7 +34,7 @@ PROXY_ENV_NAMES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
                    "http_proxy", "https_proxy", "all_proxy", "no_proxy")
 _HOSTNAME = r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,62})$"   # compiled by `re` on first use (its cache)
 _PATH_FIELDS = frozenset({"fs", "chdir", "allow_broad_writable", "follow_writable_symlinks"})   # writable.py's
-_UNCHANGED_PATHS = threading.local()
+_UNCHANGED_PATHS = _thread._local()   # threading.local, without importing threading (issue 28)
 
 # ---------------------------------------------------------------- network (the environment: environment.py)
 
@@ -172,6 +171,7 @@ class Policy:
         set_field(self, "uid", check_id(self.uid, "uid"))
         set_field(self, "gid", check_id(self.gid, "gid"))
         if self.hostname is not None:
+            import re   # here: a policy without a hostname does not pay for it (issue 28)
             if not isinstance(self.hostname, str) or not re.match(_HOSTNAME, self.hostname):
                 raise PolicyError(f"hostname must be 1-63 letters, digits, '.' or '-': {self.hostname!r}",
                                   Reason.INVALID_VALUE, self.hostname)

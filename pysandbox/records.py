@@ -182,6 +182,9 @@ def _getter(names):
     return lambda obj: ()
 
 
+_FACTORY = object()   # a field whose default_factory is still to call
+
+
 def _init(cls, names, defaults, factories, frozen):
     """``__init__(self, <names>)`` as dataclasses writes it, Python's argument errors included."""
     count = len(names)
@@ -190,8 +193,32 @@ def _init(cls, names, defaults, factories, frozen):
     assign = object.__setattr__ if frozen else setattr
     post_init = hasattr(cls, "__post_init__")
     qualname = f"{cls.__qualname__}.__init__"
+    # The common call (no unknown, repeated or missing argument) fills the instance's dict
+    # in one update, in the fields' order: what assigning each field does when none is a
+    # data descriptor and the class's own __setattr__ is object's (a frozen class's is
+    # bypassed either way). Anything else takes the field-by-field path below, errors included.
+    fast = (frozen or cls.__setattr__ is object.__setattr__) and \
+        not any(hasattr(type(getattr(cls, name, None)), "__set__") for name in names)
+    start = {n: defaults[n] if n in defaults else _FACTORY if n in factories else _MISSING for n in names}
+    # the required fields lead (a field without a default after one with is a class error)
+    fast = fast and required == names[:len(required)]
+    nreq = len(required)
 
     def __init__(self, *args, **kwargs):
+        given = len(args)
+        if fast and type(self) is cls and given <= count and index.issuperset(kwargs) \
+                and not (given and kwargs and any(n in kwargs for n in names[:given])) \
+                and (given >= nreq or all(n in kwargs for n in names[given:nreq])):
+            values = start.copy()
+            values.update(zip(names, args))
+            values.update(kwargs)
+            for name in factories:
+                if values[name] is _FACTORY:
+                    values[name] = factories[name]()
+            self.__dict__.update(values)
+            if post_init:
+                self.__post_init__()
+            return
         given = dict(zip(names, args))
         for key, value in kwargs.items():
             if key not in index:

@@ -13,7 +13,7 @@ bwrap with the same warning; an explicit native: the check's reason).
 
 from __future__ import annotations
 
-import threading
+import _thread
 
 from ..errors import BackendUnavailable, CapabilityUnavailable, PolicyError, Reason
 from ..trace import clock, debug_logger, ms
@@ -21,7 +21,7 @@ from .base import check_network_mode
 
 BACKENDS = ("native", "bwrap")
 _instances: dict = {}
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()   # threading's own Lock; threading itself is not imported by a launch (issue 28)
 
 
 def get_backend(name: str):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
+import _thread
 
 from ..errors import NativeModuleMissing, Reason
 
@@ -35,7 +35,7 @@ FORWARDED_SIGNAL_MASK = sum(1 << (int(s) - 1) for s in FORWARDED_SIGNALS)
 
 _module = None
 _module_error: Exception | None = None
-_module_lock = threading.Lock()
+_module_lock = _thread.allocate_lock()   # threading's own Lock; threading itself is not imported by a launch (issue 28)
 
 
 def module_drift(lib) -> list[str]:

@@ -60,7 +60,7 @@ def test_an_init_failing_before_its_gate_is_reported_as_its_own_failure(tmp_path
     # waits at the gate before its first op, and a gate write that finds the init gone is
     # classified by the init's own report: either way the launch reports the capability
     # step, as it does without the delay.
-    from pysandbox import process
+    from pysandbox import sandbox_start
     from pysandbox.backends.bwrap import bwrap_tail
     from pysandbox.backends.native import native_translate
     policy = pysandbox.Policy.default(workdir=str(tmp_path)).replace(as_pid_1=True, caps_keep=("chown",))
@@ -70,8 +70,8 @@ def test_an_init_failing_before_its_gate_is_reported_as_its_own_failure(tmp_path
     names[at], names[62] = names[62], names[at]   # a kept set no kernel has: capset refuses it
     monkeypatch.setattr(native_translate, "CAPABILITIES", tuple(names))
     monkeypatch.setattr(bwrap_tail, "_cache", {})
-    monkeypatch.setattr(process, "_plan_cache", {})
-    monkeypatch.setattr(process, "_plan_by_id", {})
+    monkeypatch.setattr(sandbox_start, "_plan_cache", {})
+    monkeypatch.setattr(sandbox_start, "_plan_by_id", {})
 
     def failures(delay):
         real = monitor.start

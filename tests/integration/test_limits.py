@@ -397,7 +397,7 @@ def test_a_refused_placement_fails_closed(backend, tmp_path, monkeypatch):
     """The kernel refusing the sandbox's move into its cgroup (simulated: a cgroup.procs
     that is not there) ends the launch before the command runs, and the cgroups are
     closed; live control: the same launch with the placement working runs."""
-    from pysandbox import enforcement, process
+    from pysandbox import enforcement, sandbox_start
 
     class Fake:
         def __init__(self, procs):
@@ -409,7 +409,7 @@ def test_a_refused_placement_fails_closed(backend, tmp_path, monkeypatch):
     marker = tmp_path / "ran"
     policy = Policy.default(workdir=str(tmp_path), limits=Limits(pids=32))
     fake = Fake((str(tmp_path / "missing" / "cgroup.procs"),))
-    monkeypatch.setattr(process, "prepare", lambda limits: (fake, ()))
+    monkeypatch.setattr(sandbox_start, "prepare", lambda limits: (fake, ()))
     with pytest.raises(LimitUnavailable):
         pysandbox.run(["touch", str(marker)], policy=policy, backend=backend, timeout=60)
     assert not marker.exists() and fake.closed == 1
@@ -418,7 +418,7 @@ def test_a_refused_placement_fails_closed(backend, tmp_path, monkeypatch):
     fake = Fake((str(real),))   # a plain file takes the write: the launch goes on
     done = pysandbox.run(["touch", str(marker)], policy=policy, backend=backend, timeout=60)
     assert done.returncode == 0 and marker.exists() and fake.closed == 1
-    assert enforcement.prepare is not process.prepare   # only the process layer's name was replaced
+    assert enforcement.prepare is not sandbox_start.prepare   # only the launch layer's name was replaced
 
 
 LIMITED_LAUNCHER = """

@@ -27,7 +27,7 @@ import pytest
 
 import pysandbox
 from pysandbox import plan as P
-from pysandbox import process
+from pysandbox import sandbox_start
 from pysandbox.backends import get_backend, landlock, tail
 from pysandbox.backends.bwrap import bwrap_tail
 from pysandbox.cli_errors import without_step
@@ -51,8 +51,8 @@ def _policy(tmp_path, **kw):
 def _fresh_plans(monkeypatch, change=None):
     """Plans compiled anew for this test, each passed through ``change`` (the launcher's
     own plan: the sandbox never sees it)."""
-    monkeypatch.setattr(process, "_plan_cache", {})
-    monkeypatch.setattr(process, "_plan_by_id", {})
+    monkeypatch.setattr(sandbox_start, "_plan_cache", {})
+    monkeypatch.setattr(sandbox_start, "_plan_by_id", {})
     native = get_backend("native")
     monkeypatch.setattr(native, "_ready", {})   # its op arrays, translated per plan
     monkeypatch.setattr(bwrap_tail, "_cache", {})   # the bwrap init's, likewise

@@ -101,3 +101,37 @@ def test_root_services_that_trust_the_peer_uid_are_candidates():
             assert (f"{root}/{rel}", kind) in got
     assert ("/var/snap/lxd/common/lxd/unix.socket", "lxd") in got
     assert ("/var/lib/incus/unix.socket", "incus") in got
+
+
+def _present_without_skip(environ, home):
+    """authority.present's list computed the plain way (before issue 28's /var/run
+    shortcut): each candidate that is a socket, by its real path, first entry per path."""
+    import stat
+
+    def is_socket(path):
+        try:
+            return stat.S_ISSOCK(os.stat(path).st_mode)
+        except (OSError, ValueError):
+            return False
+    first: dict = {}
+    for sock in authority.candidates(environ, home):
+        real = os.path.realpath(sock.path) if is_socket(sock.path) else None
+        if real is not None and real not in first:
+            first[real] = authority.AuthoritySocket(real, sock.kind, sock.source)
+    return list(first.values())
+
+
+def test_var_run_shortcut_finds_what_stating_each_finds(tmp_path):
+    """Each /var/run/NAME skipped as /run/NAME's twin: the same sockets, kinds and sources
+    as stating every candidate (this host's own sockets, and the test's through variables,
+    one of them named under /var/run when /var/run is /run's symlink)."""
+    sock_path = tmp_path / "agent.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_path))
+    try:
+        env = {"SSH_AUTH_SOCK": str(sock_path), "DOCKER_HOST": "unix:///var/run/docker.sock"}
+        got = authority.present(env, home="/nonexistent")
+        assert got == _present_without_skip(env, "/nonexistent")
+        assert str(sock_path) in {s.path for s in got}   # control: the harness sees a socket
+    finally:
+        server.close()

@@ -110,8 +110,30 @@ def test_start_raises_only_the_young_threshold_and_the_collector_still_collects(
 
 
 def test_the_console_scripts_entry_points_start_then_end():
-    """pyproject's console scripts name these entry points (start before main, end after)."""
+    """pyproject installs the two commands as scripts (no entry points: pip's wrapper for
+    one imports `re` first), each calling these entry points (start before main, end after)."""
+    import ast
     import tomllib
     from pathlib import Path
-    scripts = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"pysandbox": "pysandbox.console:main", "pybwrap": "bwrap_compat.cli:console_main"}
+    root = Path(__file__).parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    assert "scripts" not in project["project"]
+    files = project["tool"]["setuptools"]["script-files"]
+    assert files == ["scripts/pysandbox", "scripts/pybwrap"]
+    for name, module, func in (("pysandbox", "pysandbox.console", "main"), ("pybwrap", "bwrap_compat.cli", "console_main")):
+        text = (root / "scripts" / name).read_text()
+        assert text.startswith("#!/usr/bin/env python3\n")   # the installer writes its interpreter there
+        imported = [node for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.Import, ast.ImportFrom))]
+        assert [(getattr(n, "module", None), [a.name for a in n.names]) for n in imported] == \
+            [(None, ["sys"]), (module, [func])]
+        assert f"sys.exit({func}())" in text
+
+
+def test_the_scripts_run_their_command(tmp_path):
+    """Each script, run as a file by this interpreter, is its command (--version)."""
+    from pathlib import Path
+    root = Path(__file__).parents[2]
+    for name, expect in (("pysandbox", "pysandbox "), ("pybwrap", "bubblewrap ")):
+        done = subprocess.run([sys.executable, str(root / "scripts" / name), "--version"], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path)
+        assert done.returncode == 0 and done.stdout.startswith(expect), done

@@ -252,3 +252,43 @@ def test_matching_of_a_missing_folder_is_empty_and_other_patterns_are_refused(tm
     with pytest.raises(ValueError):
         matching(f"{tmp_path}/a?b*")
     assert all(matching(path) is not None for _, path in SYSTEM_STORES if "*" in path)   # every shipped one is the form
+
+
+def _present_by_realpath(environ):
+    """credentials.present's list computed the plain way (issue 28 made present cheaper):
+    os.path.realpath of each candidate that exists, first entry per real path, kept when
+    readable (a directory: searchable)."""
+    first: dict = {}
+    for store in credentials.candidates(environ):
+        real = os.path.realpath(store.path) if os.path.lexists(store.path) else None
+        readable = real is not None and real != "/" and os.path.lexists(real) and \
+            (os.access(real, os.R_OK) or os.path.isdir(real) and os.access(real, os.X_OK))
+        if readable and real not in first:
+            first[real] = credentials.CredentialStore(real, store.kind, store.source)
+    return list(first.values())
+
+
+def test_present_resolves_as_realpath_does(tmp_path):
+    """Stores behind a symlinked home, a symlinked parent (.config), symlinked stores (to a
+    directory, to a file, dangling), a file where a directory is expected, the same store
+    reached twice: the same list as realpath on each."""
+    real_home = tmp_path / "real-home"
+    (real_home / ".aws").mkdir(parents=True)
+    (tmp_path / "home").symlink_to(real_home)
+    (tmp_path / "keys").mkdir()
+    (real_home / ".ssh").symlink_to(tmp_path / "keys")
+    (tmp_path / "cfg" / "gh").mkdir(parents=True)
+    (real_home / ".config").symlink_to(tmp_path / "cfg")
+    (tmp_path / "netrc").write_text("machine x\n")
+    (real_home / ".netrc").symlink_to(tmp_path / "netrc")
+    (real_home / ".kube").symlink_to(tmp_path / "no-such")
+    (real_home / ".local").write_text("not a directory\n")
+    (real_home / ".pgpass").write_text("x\n")
+    env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+           "AWS_CONFIG_FILE": str(tmp_path / "home" / ".aws" / "..")}
+    got = credentials.present(env)
+    assert got == _present_by_realpath(env)
+    paths = {s.path for s in got}   # the control: the cases are there, resolved
+    assert {str(real_home / ".aws"), str(tmp_path / "keys"), str(tmp_path / "cfg" / "gh"),
+            str(tmp_path / "netrc"), str(real_home / ".pgpass")} <= paths
+    assert not any("home/" in p and "real-home" not in p for p in paths)

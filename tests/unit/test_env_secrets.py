@@ -58,3 +58,30 @@ def test_status_names_what_is_left_out():
     assert "GITHUB_TOKEN" not in cov["env_dropped"]
     cov = coverage(Policy.default(hide_credentials=False), environ=dict(HOST, HOME="/nonexistent-home"))
     assert not cov["env_drops_secrets"] and cov["env_dropped"] == []
+
+
+# is_secret answers without `re` where it can (issue 28: a launch's start-up): the same
+# answer as the two patterns themselves, beyond ASCII too.
+SECRET_CASES = [("OPENAI_API_KEY", "x"), ("github_token", ""), ("MyPassWord", "x"), ("monkey", "x"),
+                ("PATH", "/usr/bin"), ("HOME", "/root"), ("DATABASE_URL", "postgres://u:p@h/db"),
+                ("DATABASE_URL", "postgres://u@h/db"), ("X", "https://h/a@b"), ("X", "a@b://c"),
+                ("X", "s3://:@h"), ("X", "1x://u:p@h"), ("\u212aEY", "x"), ("PA\u017fSWORD", "x"),
+                ("caf\u00e9_token", "x"), ("caf\u00e9", "x"), ("X", "ftp://u:p@h\u00e9"), ("T\u00f6KEN", "")]
+
+
+@pytest.mark.parametrize("name,value", SECRET_CASES)
+def test_is_secret_equals_the_patterns(name, value):
+    import re
+    from pysandbox import env_secrets
+    by_pattern = bool(re.search(env_secrets.SECRET_NAME, name, re.I) or re.match(env_secrets.URL_WITH_PASSWORD, value))
+    assert env_secrets.is_secret(name, value) == by_pattern
+
+
+def test_control_the_cases_hold_both_answers_and_a_fold_beyond_ascii():
+    import re
+    from pysandbox import env_secrets
+    answers = {bool(re.search(env_secrets.SECRET_NAME, n, re.I) or re.match(env_secrets.URL_WITH_PASSWORD, v))
+               for n, v in SECRET_CASES}
+    assert answers == {True, False}
+    # the Kelvin sign matches K under re.I, and its upper case is not "K": the fallback decides it
+    assert re.search(env_secrets.SECRET_NAME, "\u212aEY", re.I) and "KEY" not in "\u212aEY".upper()

@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pysandbox
+import pysandbox.direct
+import pysandbox.sandbox_start
 from pysandbox import plan as _plan
 from pysandbox import policy as P
 from pysandbox.errors import PolicyError, Reason
@@ -178,8 +180,8 @@ class Launched(BaseException):
 
 
 def _recording_popen(command, *, policy=None, backend="auto", **kwargs):
-    # What the real Popen does before the backend: validate arguments, compile.
-    pysandbox.process.compiled(policy)
+    # What the real launch does before the backend: validate arguments, compile.
+    pysandbox.sandbox_start.compiled(policy)
     raise Launched(list(command), policy)
 
 
@@ -224,7 +226,7 @@ def _cli(argv):
 
 @pytest.fixture
 def recording(monkeypatch):
-    monkeypatch.setattr(pysandbox.process, "Popen", _recording_popen)
+    monkeypatch.setattr(pysandbox.direct, "DirectProcess", _recording_popen)   # the CLI's launch
     monkeypatch.chdir(PACKAGE_DIR)   # the default workdir ("/" is refused, /usr too broad)
 
 

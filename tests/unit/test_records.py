@@ -76,6 +76,11 @@ def test_record_matches_dataclass(cls):
     for args, kwargs in [((), {}), (tuple(range(len(names) + 2)), {}), ((1,), {names[0]: 1} if names else {}),
                          ((), {"no_such_field": 1}), (tuple(range(len(required))), {})]:
         assert outcome(lambda: repr(made(*args, **kwargs))) == outcome(lambda: repr(twin(*args, **kwargs)))
+    # the one-update path (records._init) and the field-by-field one leave the same dict, in order
+    by_name = {n: i for i, n in enumerate(required)}
+    for args, kwargs in [((), by_name), (tuple(range(len(required))), {}),
+                         ((0,), dict(list(by_name.items())[1:])) if required else ((), {})]:
+        assert list(vars(made(*args, **kwargs)).items()) == list(vars(twin(*args, **kwargs)).items())
     a, b, other = made(*range(len(required))), made(*range(len(required))), twin(*range(len(required)))
     assert a == b and not a != b and a != other and (a == 0) is False
     assert outcome(lambda: hash(a)) == outcome(lambda: hash(other))

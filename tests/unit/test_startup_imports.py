@@ -155,3 +155,62 @@ def test_control_pysandbox_run_imports_the_default_policys_protections():
     got = loaded("main(['run', '--', '/bin/true'])", setup="from pysandbox.cli import main\n")
     assert got["code"] in (0, None), got["out"]
     assert [m for m in DEFAULT_POLICY if m not in got["modules"]] == []
+
+
+# A launch's own imports, with nothing of the harness's (json, contextlib and io import
+# `re`, `subprocess` would hide behind a test runner's): `python -S` with only the
+# package's and cffi's directories on the path, main's modules listed before json is
+# imported to print them. `pysandbox run -- CMD` and pybwrap launch through
+# pysandbox/direct.py, not subprocess.Popen: no subprocess (nor locale, selectors), and
+# no `re` while nothing asks a pattern, no threading while nothing starts a thread (issue 28).
+BARE = """
+import sys
+sys.path[:0] = {paths!r}
+from {module} import {call}
+result = {call}({argv!r})
+code = result if isinstance(result, int) else result.returncode   # main's status, or run's CompletedProcess
+modules = sorted(sys.modules)
+import json
+sys.stdout.write(json.dumps({{"code": code, "modules": modules}}))
+"""
+LAUNCH_FREE = ("subprocess", "locale", "selectors", "re", "threading")
+
+
+def bare(module: str, argv: list[str], env: dict | None = None) -> dict:
+    import os
+    import _cffi_backend
+    import pysandbox
+    paths = [os.path.dirname(os.path.dirname(pysandbox.__file__)), os.path.dirname(_cffi_backend.__file__)]
+    done = subprocess.run([sys.executable, "-S", "-c", BARE.format(paths=paths, module=module, argv=argv,
+                                                                      call="run" if module == "pysandbox.process" else "main")],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=paths[0])
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+BARE_CASES = [pytest.param("pysandbox.cli", ["run", "--", "/bin/true"], id="pysandbox run"),
+              pytest.param("bwrap_compat.cli", ["--ro-bind", "/", "/", "/bin/true"], id="pybwrap")]
+
+
+@pytest.mark.requires("native")
+@pytest.mark.parametrize("module,argv", BARE_CASES)
+def test_a_launch_imports_no_subprocess_re_nor_threading(module, argv):
+    import os
+    env = {k: v for k, v in os.environ.items() if k.isascii() and "://" not in v}   # no pattern to ask
+    got = bare(module, argv, env)
+    assert got["code"] == 0
+    assert [m for m in LAUNCH_FREE if m in got["modules"]] == []
+
+
+@pytest.mark.requires("native")
+def test_control_the_bare_harness_sees_subprocess_and_re():
+    """The library API is a subprocess.Popen; a URL with a password in the environment
+    makes the default policy ask its pattern: both show up in the same harness."""
+    import os
+    library = bare("pysandbox.process", ["/bin/true"], dict(os.environ))
+    assert library["code"] == 0 and "subprocess" in library["modules"]
+    env = dict(os.environ, PSB_TEST_URL="postgres://u:p@db.test/x")
+    asked = bare("pysandbox.cli", ["run", "--", "/bin/true"], env)
+    assert asked["code"] == 0 and "re" in asked["modules"] and "subprocess" not in asked["modules"]
+    timed = bare("pysandbox.cli", ["run", "--limit-wall", "60", "--", "/bin/true"], dict(os.environ))
+    assert timed["code"] == 0 and "threading" in timed["modules"]   # a wall-time limit's timer thread

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-import threading
+import _thread
 
 from ... import plan as P
 from ...execpath import exec_candidates
@@ -181,6 +181,7 @@ def _spawn_reporting(lib, plan, launch, res, on_start) -> int:
             except ProcessLookupError:
                 pass
 
+    import threading   # here: a launch without on_start does not import it (issue 28)
     reader = threading.Thread(target=report, name="pysandbox-on-start", daemon=True)
     reader.start()
     launch.started_fd, launch.release_fd = w, release_r
@@ -238,7 +239,7 @@ class NativeBackend:
     def __init__(self):
         self._ready: dict = {}
         self._checked: dict = {}
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()   # threading.Lock (threading: only for on_start's reader)
 
     # -- per plan -------------------------------------------------------------------
 
