@@ -180,8 +180,8 @@ static long __attribute__((unused)) psb_ll_mount_check(long fd)
  * the root of a writable mount (psb_ll_mount_check: a read-only one takes no rule).
  * Opened with openat2(RESOLVE), never through a magic link (where a filter of the
  * caller's answers openat2 ENOSYS, following no symlink at all: psb_ll_open_nofollow),
- * in the new root before the command runs (the one-shot paths; a session's commands use the server's descriptors
- * instead: psb_landlock_keep). A path the setup did not mount (ENOENT: an optional bind
+ * in the new root before the command runs (the one-shot paths; a session's commands use
+ * the server's descriptors instead: psb_landlock_keep). A path the setup did not mount (ENOENT: an optional bind
  * whose source was missing) or one the command cannot reach (EACCES: a parent it may not
  * search, e.g. a tmpfs of mode 0) takes no rule. 0 or -errno. */
 static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *ll, const char *path, unsigned long resolve)
