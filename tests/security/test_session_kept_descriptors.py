@@ -20,6 +20,9 @@ its filesystem domain from them with no path walk. Attacked from a command:
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import json
 import os
 import subprocess
@@ -35,6 +38,7 @@ from tests.support.nsholder import children
 pytestmark = pytest.mark.requires("userns")
 
 O_PATH = 0o10000000
+MAX_FD = 256   # the descriptor numbers looked at in the server and the keeper
 
 # argv: the server's kept descriptor numbers (comma-separated), then their "dev:ino".
 # Prints what it holds and reaches, then waits for its stdin to end.
@@ -91,14 +95,27 @@ def _server_pid(sb) -> int:
 
 
 def _opath_fds(pid: int) -> dict:
-    """``pid``'s O_PATH descriptors: number -> "dev:ino" of what each names."""
+    """``pid``'s O_PATH descriptors: number -> "dev:ino" of what each names. Taken with
+    pidfd_getfd (the test, outside, may: root, or the owner of the sandbox's user
+    namespace; /proc/PID/fd of an undumpable process is root's alone)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
     out = {}
-    for n in os.listdir(f"/proc/{pid}/fd"):
-        with open(f"/proc/{pid}/fdinfo/{n}") as f:
-            flags = next(int(line.split()[1], 8) for line in f if line.startswith("flags:"))
-        if flags & O_PATH:
-            st = os.stat(f"/proc/{pid}/fd/{n}")
-            out[int(n)] = f"{st.st_dev}:{st.st_ino}"
+    pidfd = os.pidfd_open(pid)
+    try:
+        for n in range(MAX_FD):
+            fd = libc.syscall(438, pidfd, n, 0)   # pidfd_getfd
+            if fd < 0:
+                assert ctypes.get_errno() == errno.EBADF, (pid, n, os.strerror(ctypes.get_errno()))
+                continue
+            try:
+                if fcntl.fcntl(fd, fcntl.F_GETFL) & O_PATH:
+                    st = os.fstat(fd)
+                    out[n] = f"{st.st_dev}:{st.st_ino}"
+            finally:
+                os.close(fd)
+    finally:
+        os.close(pidfd)
     return out
 
 
