@@ -16,6 +16,8 @@ its filesystem domain from them with no path walk. Attacked from a command:
    still not reopened for writing. (Before, each command walked the names, and this made
    every later command fail closed.) Live control: the same session without Landlock
    (``PYSANDBOX_NO_LANDLOCK=1``) reopens stdin and writes the caller's file.
+3. Fail closed: a destination that is no mount's root when the server checks it stops
+   the server (ERROR 4); the session does not start. Live control: its own list starts.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pytest
 
 import pysandbox
 from pysandbox.backends import landlock
+from pysandbox.errors import SessionError
 from pysandbox.session import Sandbox
 from tests.support import host_capability, need, python_in_sandbox
 from tests.support.nsholder import children
@@ -185,3 +188,21 @@ def test_a_command_that_moves_a_destination_leaves_the_rules_on_its_mount(backen
     else:
         assert done.stdout.split() == [b"ran", b"refused"]
         assert victim.read_bytes() == b"the caller's file\n"
+
+
+def test_a_destination_that_is_no_writable_mounts_root_stops_the_server(backend, tmp_path, monkeypatch):
+    """Fail closed: the server checks each destination once, before any command runs;
+    one that is no mount's root (here /etc, a directory of the read-only root: a rule
+    there would cover the host's /etc reached any way) stops it (ERROR 4) and the session
+    does not start. Live control: the same policy with its own list starts and runs."""
+    _need_landlock_fs()
+    if landlock.kind(False) not in (landlock.FS, landlock.SIGNAL_FS):
+        pytest.skip("no filesystem domain here: the server checks no destination")
+    policy = pysandbox.Policy.default(workdir=str(tmp_path))
+    with Sandbox(policy, backend) as sb:
+        assert sb.run(["true"], timeout=120).returncode == 0
+    real = landlock.writable_destinations
+    monkeypatch.setattr(landlock, "writable_destinations", lambda ops: real(ops) + ("/etc",))
+    with pytest.raises(SessionError) as info:
+        Sandbox(policy, backend)
+    assert "not a writable mount's root" in str(info.value)
