@@ -8,8 +8,8 @@ its filesystem domain from them with no path walk. Attacked from a command:
 1. The descriptors are the server's alone: the command holds none (its /proc/self/fd,
    by inode), its keeper holds none, and the server's cannot be followed from the
    command through /proc/1/fd/N. Live controls: the test (outside, the owner) sees them
-   in the server, O_PATH, on "/" and the workdir; the command follows its own
-   /proc/self/fd/0.
+   in the server, O_PATH, on "/" and the workdir; a workdir descriptor the command is
+   given is found by the same inode check; the command follows its own /proc/self/fd/0.
 2. A command that moves a destination's writable parent and plants a symlink in its
    place: the next command's rules are still on the mount's root (a mount root cannot be
    renamed: EBUSY), so it runs, writes through the moved mount, and a read-only stdin is
@@ -137,8 +137,13 @@ def test_the_kept_descriptors_are_the_servers_alone(backend, tmp_path):
         # live control: the test, outside, sees them: "/" and the workdir among them
         assert {_ident("/"), _ident(tmp_path)} <= set(kept.values()), kept
         nums = ",".join(str(n) for n in sorted(kept))
-        proc = sb.Popen([python_in_sandbox(), "-c", PROBE, nums, *kept.values()], stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # live control of the inode check: a descriptor of the workdir it is given is seen
+        given = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            proc = sb.Popen([python_in_sandbox(), "-c", PROBE, nums, *kept.values()], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(given,))
+        finally:
+            os.close(given)
         try:
             seen = json.loads(proc.stdout.readline() or "null")
             keepers = [k for k in children(server) if any(_nspid(c)[-1:] == [str(proc.pid)] for c in children(k))]
@@ -148,7 +153,7 @@ def test_the_kept_descriptors_are_the_servers_alone(backend, tmp_path):
             _, err = proc.communicate(b"", timeout=60)
     assert proc.returncode == 0 and seen is not None, err
     assert seen["own"] == "ok", seen                       # live control: its own magic links work
-    assert seen["held"] == [] and sorted(seen["fds"]) == [0, 1, 2], seen
+    assert seen["held"] == [given] and sorted(seen["fds"]) == [0, 1, 2, given], seen   # no kept one
     assert keeper_kept == {}, keeper_kept                  # the keeper closed its copies
     assert set(seen["server"].values()) <= {"EACCES", "EPERM"}, seen
     assert set(seen["keeper"].values()) <= {"EACCES", "EPERM", "ENOENT"}, seen
