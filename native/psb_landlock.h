@@ -71,7 +71,6 @@
 #define PSB_LL_FILE (PSB_LL_WRITE_FILE | PSB_LL_TRUNCATE)   /* the handled rights a file takes */
 #define PSB_LANDLOCK_SCOPE_SIGNAL (1UL << 1)            /* ABI 6 */
 #define PSB_LL_RESOLVE_NO_MAGICLINKS 0x02               /* openat2 */
-#define PSB_LL_RESOLVE_NO_SYMLINKS 0x04
 #define PSB_LL_O_PATH 010000000
 
 #define PSB_LANDLOCK_FS 1                      /* the kinds; pysandbox/backends/landlock.py */
@@ -111,9 +110,8 @@ static long __attribute__((unused)) psb_ll_type(long fd)
 }
 
 /* Absolute PATH opened O_PATH one component at a time, following no symlink (magic
- * links included): openat2's RESOLVE_NO_SYMLINKS where a seccomp filter already refuses
- * openat2 (a session's command: pysandbox/seccomp.py). "." and ".." are refused (EINVAL).
- * The descriptor or -errno. */
+ * links included): the stricter walk where a seccomp filter of the caller's refuses
+ * openat2 (ENOSYS). "." and ".." are refused (EINVAL). The descriptor or -errno. */
 static long __attribute__((unused)) psb_ll_open_nofollow(const char *path)
 {
     const long o_path = PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */ | 0400000 /* O_NOFOLLOW */;
@@ -180,22 +178,19 @@ static long __attribute__((unused)) psb_ll_mount_check(long fd)
 
 /* The rule beneath PATH: every handled right (a writable mount's destination), if it is
  * the root of a writable mount (psb_ll_mount_check: a read-only one takes no rule).
- * Opened with RESOLVE: never through a magic link (openat2), where a path the setup did
- * not mount (ENOENT: an optional bind whose source was missing) or one the command
- * cannot reach (EACCES: a parent it may not search, e.g. a tmpfs of mode 0) takes no
- * rule; with
- * RESOLVE_NO_SYMLINKS, or where openat2 answers ENOSYS, through no symlink at all (a
- * session's command, on the paths its server resolved before any command ran: another
- * command could have swapped one into a writable parent since; psb_ll_open_nofollow),
- * where every failure fails the command. 0 or -errno. */
+ * Opened with openat2(RESOLVE), never through a magic link (where a filter of the
+ * caller's answers openat2 ENOSYS, following no symlink at all: psb_ll_open_nofollow),
+ * in the new root before the command runs (the one-shot paths; a session's commands use
+ * the server's descriptors instead: psb_landlock_keep). A path the setup did not mount (ENOENT: an optional bind
+ * whose source was missing) or one the command cannot reach (EACCES: a parent it may not
+ * search, e.g. a tmpfs of mode 0) takes no rule. 0 or -errno. */
 static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *ll, const char *path, unsigned long resolve)
 {
     unsigned long how[3] = { PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */, 0, resolve };
-    long fd = resolve & PSB_LL_RESOLVE_NO_SYMLINKS ? -38 /* ENOSYS */
-              : psb_ll_sys(PSB_NR_OPENAT2, -100 /* AT_FDCWD */, (long)path, (long)how, sizeof how);
-    if (fd == -38)   /* also where a filter of the caller's refuses openat2: the stricter walk */
+    long fd = psb_ll_sys(PSB_NR_OPENAT2, -100 /* AT_FDCWD */, (long)path, (long)how, sizeof how);
+    if (fd == -38 /* ENOSYS */)   /* a filter of the caller's refuses openat2: no symlink at all */
         fd = psb_ll_open_nofollow(path);
-    if ((fd == -2 /* ENOENT */ || fd == -13 /* EACCES */) && !(resolve & PSB_LL_RESOLVE_NO_SYMLINKS))
+    if (fd == -2 /* ENOENT */ || fd == -13 /* EACCES */)
         return 0;
     if (fd < 0)
         return fd;
@@ -207,49 +202,54 @@ static long __attribute__((unused)) psb_landlock_path_rule(const struct psb_ll *
 }
 
 /* A session server's step, before any command runs (the tree is what setup made: its
- * symlinks are followed as setup followed them): PATHS[N], the writable destinations,
- * each checked the root of a writable mount (psb_ll_mount_check: a read-only one, one
- * setup did not make, ENOENT, or one out of the commands' reach, EACCES, takes no rule),
- * written to OUT[SIZE] as the kernel names them (/proc/self/fd/N: no symlink left), the
- * list psb_landlock_create reads, which every command then opens following no symlink.
- * 0 or -errno. */
-static long __attribute__((unused)) psb_landlock_resolve(char **paths, long n, char *out, unsigned long size)
+ * symlinks are followed as setup followed them): "/" (the REFER rule's place) into
+ * OUT[0], then each of PATHS[N], the writable destinations, opened O_PATH and kept, each
+ * checked the root of a writable mount (psb_ll_mount_check: a read-only one, ENOENT or
+ * EACCES takes no descriptor; one setup did not make fails), into OUT[1..MAX). Every
+ * command builds its rules from these (psb_landlock_kept): no path walk per command, and
+ * nothing another command renames or plants moves a rule off the inode found here. The
+ * descriptors are close-on-exec and the server's own: a command's process closes them
+ * with everything it is not given, and nothing a command starts can reach the server's
+ * /proc/1/fd (undumpable, and outside the command's domain). The count kept, or -errno
+ * (ENFILE: more than MAX). */
+static long __attribute__((unused)) psb_landlock_keep(char **paths, long n, int *out, long max)
 {
-    unsigned long at = 0;
-    for (long k = 0; k < n; k++) {
-        long fd = psb_ll_sys(PSB_NR_OPENAT, -100, (long)paths[k], PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */, 0);
+    const long o_path = PSB_LL_O_PATH | 02000000 /* O_CLOEXEC */;
+    long r = max < 1 ? -23 /* ENFILE */ : psb_ll_sys(PSB_NR_OPENAT, -100, (long)"/", o_path | 0200000 /* O_DIRECTORY */, 0);
+    long at = 0;
+    if (r >= 0)
+        out[at++] = (int)r;
+    for (long k = 0; r >= 0 && k < n; k++) {
+        long fd = psb_ll_sys(PSB_NR_OPENAT, -100, (long)paths[k], o_path, 0);
         if (fd == -2 /* ENOENT */ || fd == -13 /* EACCES */)
             continue;
-        long r = fd < 0 ? fd : psb_ll_mount_check(fd);
-        if (r == 0) {
-            char link[40] = "/proc/self/fd/", digits[24];
-            int nd = 0, o = 14;
-            for (long v = fd; nd == 0 || v > 0; v /= 10)
-                digits[nd++] = (char)('0' + v % 10);
-            while (nd > 0)
-                link[o++] = digits[--nd];
-            link[o] = 0;
-            long room = (long)(size - at) - 2;
-            r = room <= 0 ? -36 : psb_ll_sys(__NR_readlinkat, -100, (long)link, (long)(out + at), room);
-            if (r > 0 && r < room && out[at] == '/')
-                at += (unsigned long)r + 1, out[at - 1] = 0, r = 0;
-            else if (r >= 0)
-                r = -36;   /* ENAMETOOLONG (or not a path: no name the commands could open) */
-        }
-        if (fd >= 0)
+        r = fd < 0 ? fd : psb_ll_mount_check(fd);
+        if (r == 0 && at == max)
+            r = -23;   /* ENFILE */
+        if (r == 0)
+            out[at++] = (int)fd;
+        else if (fd >= 0)
             psb_ll_sys(PSB_NR_CLOSE, fd, 0, 0, 0);
-        if (r < 0)
-            return r;
     }
-    out[at] = 0;
-    return 0;
+    if (r >= 0)
+        return at;
+    while (at > 0)
+        psb_ll_sys(PSB_NR_CLOSE, out[--at], 0, 0, 0);
+    return r;
 }
 
-/* A ruleset of KIND; when it handles filesystem rights, REFER granted beneath "/" and
- * every handled right beneath each path of PATHS (NUL-separated, an empty string ends
- * it; NULL: none), each opened with RESOLVE. */
-static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind, const char *paths,
-                                                                 unsigned long resolve)
+/* LL carries R (< 0: an earlier failure), its ruleset closed. */
+static void __attribute__((unused)) psb_ll_fail(struct psb_ll *ll, long r)
+{
+    if (r < 0 && ll->rs >= 0) {
+        psb_ll_sys(PSB_NR_CLOSE, ll->rs, 0, 0, 0);
+        ll->rs = r;
+    }
+}
+
+/* A ruleset of KIND; when it handles filesystem rights, REFER granted beneath "/": the
+ * descriptor ROOT (a session server's, psb_landlock_keep), or (ROOT < 0) "/" opened here. */
+static struct psb_ll __attribute__((unused)) psb_landlock_new(long kind, long root)
 {
     /* struct landlock_ruleset_attr: handled_access_fs (ABI 1), handled_access_net
      * (ABI 4), scoped (ABI 6); the size given says which fields the kernel reads. */
@@ -272,26 +272,32 @@ static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind, cons
     }
     ll.handled = attr[0];
     ll.rs = psb_ll_sys(PSB_NR_LANDLOCK_CREATE_RULESET, (long)attr, size, 0, 0);
-    if (ll.rs < 0 || !ll.handled)
-        return ll;
-    long r = 0;
-    if (ll.handled & PSB_LL_REFER) {   /* REFER everywhere: the root, however it is mounted */
+    if (ll.rs >= 0 && (ll.handled & PSB_LL_REFER)) {   /* REFER everywhere: the root, however it is mounted */
         const struct psb_ll refer = { ll.rs, PSB_LL_REFER };
-        long root = psb_ll_sys(PSB_NR_OPENAT, -100, (long)"/", PSB_LL_O_PATH | 0200000 | 02000000, 0);
-        r = root < 0 ? root : psb_landlock_rule(&refer, root, PSB_LL_REFER);
-        if (root >= 0)
-            psb_ll_sys(PSB_NR_CLOSE, root, 0, 0, 0);
+        long fd = root >= 0 ? root : psb_ll_sys(PSB_NR_OPENAT, -100, (long)"/", PSB_LL_O_PATH | 0200000 | 02000000, 0);
+        long r = fd < 0 ? fd : psb_landlock_rule(&refer, fd, PSB_LL_REFER);
+        if (root < 0 && fd >= 0)
+            psb_ll_sys(PSB_NR_CLOSE, fd, 0, 0, 0);
+        psb_ll_fail(&ll, r);
     }
-    for (const char *p = paths; r == 0 && p && *p;) {
+    return ll;
+}
+
+/* A ruleset of KIND (psb_landlock_new) and, when it handles filesystem rights, every
+ * handled right beneath each path of PATHS (NUL-separated, an empty string ends it;
+ * NULL: none), each opened with RESOLVE (psb_landlock_path_rule). */
+static struct psb_ll __attribute__((unused)) psb_landlock_create(long kind, const char *paths,
+                                                                 unsigned long resolve)
+{
+    struct psb_ll ll = psb_landlock_new(kind, -1);
+    long r = 0;
+    for (const char *p = paths; ll.rs >= 0 && ll.handled && r == 0 && p && *p;) {
         r = psb_landlock_path_rule(&ll, p, resolve);
         while (*p)
             p++;
         p++;
     }
-    if (r < 0) {
-        psb_ll_sys(PSB_NR_CLOSE, ll.rs, 0, 0, 0);
-        ll.rs = r;
-    }
+    psb_ll_fail(&ll, r);
     return ll;
 }
 
@@ -375,6 +381,23 @@ static long __attribute__((unused)) psb_landlock_self(long kind, const char *pat
     long r = 0;
     if (ll.rs >= 0 && nfds < 0)
         r = psb_landlock_fd_rules_all(&ll);
+    for (long k = 0; ll.rs >= 0 && k < nfds && r == 0; k++)
+        r = psb_landlock_fd_rule(&ll, fds[k]);
+    return psb_landlock_restrict(&ll, r);
+}
+
+/* A session command's whole step (native/psb_session.c: in the command's process,
+ * before it places its descriptors): KIND's domain from the server's descriptors
+ * KEPT[NKEPT] (psb_landlock_keep: "/" first, then the writable mounts' roots, every
+ * handled right beneath each: one add_rule each, no lookup) and a rule for each
+ * descriptor of FDS[NFDS], the ones it is given (psb_landlock_fd_rule). 0 or -errno. */
+static long __attribute__((unused)) psb_landlock_kept(long kind, const int *kept, long nkept, const long *fds,
+                                                      long nfds)
+{
+    struct psb_ll ll = psb_landlock_new(kind, nkept > 0 ? kept[0] : -1);
+    long r = 0;
+    for (long k = 1; ll.rs >= 0 && ll.handled && k < nkept && r == 0; k++)
+        r = psb_landlock_rule(&ll, kept[k], ll.handled);
     for (long k = 0; ll.rs >= 0 && k < nfds && r == 0; k++)
         r = psb_landlock_fd_rule(&ll, fds[k]);
     return psb_landlock_restrict(&ll, r);

@@ -7,7 +7,8 @@
  *
  * argv: psb-session CHANNEL_FD SELF_FD [-L KIND [PATH...]]. CHANNEL_FD is the server's end of a unix stream
  * socketpair with the launcher, the only descriptor it keeps (close-on-exec; SELF_FD,
- * the memfd, is closed). The protocol (pysandbox/session_proto.py is the other side):
+ * the memfd, is closed) but, with -L, O_PATH ones of "/" and of each writable PATH
+ * (close-on-exec, never a command's: landlock_kind below). The protocol (pysandbox/session_proto.py is the other side):
  *
  *   launcher -> server: a frame of 8 little-endian u32 words
  *     MAGIC TYPE ID A B C D PAYLOAD_LEN, then PAYLOAD_LEN bytes; descriptors ride as
@@ -138,11 +139,15 @@ static long chan = -1, sigfd = -1;
  * scope for a command that may mount, 3 with the filesystem rules too for one that
  * cannot, wherever the kernel has the scope, else 1 filesystem rules for a command that
  * cannot mount); the PATHs: the writable destinations its write rules go beneath
- * (pysandbox/backends/landlock.py writable_destinations), resolved once (ll_resolve),
- * then opened by every command itself. Without it, none (pysandbox/backends/landlock.py decides: a command that may
- * mount, on a kernel without Landlock's signal scope; or no Landlock at all). */
+ * (pysandbox/backends/landlock.py writable_destinations), opened once, before any
+ * command, and kept (psb_landlock_keep: "/" first, then each writable mount's root), so
+ * each command adds one rule per descriptor and walks no path. Without it, none
+ * (pysandbox/backends/landlock.py decides: a command that may mount, on a kernel without
+ * Landlock's signal scope; or no Landlock at all). */
+#define MAX_KEPT 4096
 static long landlock_kind;
-static char ll_paths[65536];   /* the PATHs, NUL-separated, an empty string ends them */
+static int ll_kept[MAX_KEPT];
+static long ll_nkept;
 
 static void put_event(long fd, unsigned int type, unsigned int id, unsigned int a, unsigned int b)
 {
@@ -265,8 +270,18 @@ static void __attribute__((noreturn, used)) command(struct cmd_args *a)
     long cg = session_limits_enter();   /* native/psb_session_limits.h */
     if (cg < 0)
         cmd_fail((unsigned int)-cg, PSB_TAIL_CGROUP);
+    /* A Landlock domain of its own (native/psb_landlock.h): nothing it starts can reach
+     * us, the keepers or the server, whatever capabilities the policy leaves it. No
+     * domain: as before (the server and keepers are undumpable). Built here, while the
+     * server's kept descriptors are still open in this process (its rules: one per
+     * descriptor, no path walk) and the ones it is given are the received ones; placing
+     * them below closes the kept ones. Fail closed on any error, as the one-shot launch
+     * does: the kind was asked for because the kernel has it (pysandbox/backends/landlock.py). */
+    long r = landlock_kind ? psb_landlock_kept(landlock_kind, ll_kept, ll_nkept, a->fds, nfds) : 0;
+    if (r < 0)
+        cmd_fail((unsigned int)-r, PSB_TAIL_LANDLOCK);
     /* Every received descriptor above every target, then onto its target; then nothing
-     * else stays open. */
+     * else stays open (the server's kept descriptors neither). */
     long maxt = 2;
     for (int k = 0; k < nfds; k++)
         if ((long)targets[k] > maxt)
@@ -289,21 +304,10 @@ static void __attribute__((noreturn, used)) command(struct cmd_args *a)
     }
     sys6(NR_CLOSE_RANGE, maxt + 1, ~0U, 0, 0, 0, 0);
     sys6(NR_RT_SIGPROCMASK, 2 /* SIG_SETMASK */, (long)&none, 0, 8, 0, 0);
-    /* A Landlock domain of its own (native/psb_landlock.h): nothing it starts can reach
-     * us, the keepers or the server, whatever capabilities the policy leaves it. No
-     * domain: as before (the server and keepers are undumpable). */
-    /* Fail closed on any error, as the one-shot launch does: the kind was asked for because
-     * the kernel has it (pysandbox/backends/landlock.py). */
     unsigned int rl_index = 0;
-    long r = session_limits_apply(&rl_index);   /* native/psb_session_limits.h */
+    r = session_limits_apply(&rl_index);   /* native/psb_session_limits.h */
     if (r < 0)
         cmd_fail((unsigned int)-r, PSB_TAIL_RLIMIT | rl_index << 16);
-    /* The destinations opened by this command, without following any symlink: another
-     * command of the session could have swapped one into a writable parent since. */
-    r = landlock_kind ? psb_landlock_self(landlock_kind, ll_paths, PSB_LL_RESOLVE_NO_SYMLINKS |
-                                          PSB_LL_RESOLVE_NO_MAGICLINKS, (const int *)targets, nfds) : 0;
-    if (r < 0)
-        cmd_fail((unsigned int)-r, PSB_TAIL_LANDLOCK);
     r = sys6(NR_CHDIR, (long)strs[0], 0, 0, 0, 0, 0);
     if (r < 0)
         cmd_fail((unsigned int)-r, PSB_TAIL_CHDIR);
@@ -368,6 +372,8 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
     long pid = vfork_call(command, &args, cmd_stack + sizeof cmd_stack);
     for (int k = 0; k < nfds; k++)
         sys6(NR_CLOSE, fds[k], 0, 0, 0, 0, 0);
+    for (long k = 0; k < ll_nkept; k++)   /* the command's are its own copies: no use to a keeper */
+        sys6(NR_CLOSE, ll_kept[k], 0, 0, 0, 0, 0);
     session_limits_forked();   /* the command's cgroup descriptors are its own only */
     if (pid < 0) {
         keeper_event(rep, E_FAILED, id, (unsigned int)-pid, PSB_TAIL_FORK);
@@ -677,7 +683,7 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
     if (argc > 3) {
         if (argc < 5 || argv[3][0] != '-' || argv[3][1] != 'L' || argv[3][2] != 0)
             quit(127);
-        landlock_kind = parse(argv[4]);   /* a kind psb_landlock_self does not know: each command's EINVAL */
+        landlock_kind = parse(argv[4]);   /* a kind psb_landlock_new does not know: each command's EINVAL */
         if (landlock_kind <= 0)
             quit(127);
         for (long k = 5; k < argc; k++)   /* absolute paths */
@@ -697,7 +703,8 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         put_event(chan, E_ERROR, 0, 2, 0), quit(0);
     if (sfd < 0 || read_pids("/proc/1/task/1/children", probe, 1) < 0)
         put_event(chan, E_ERROR, 0, 3, 0), quit(0);
-    if (argc > 5 && psb_landlock_resolve(argv + 5, argc - 5, ll_paths, sizeof ll_paths) < 0)
+    if (landlock_kind && landlock_kind != PSB_LANDLOCK_SIGNAL &&
+        (ll_nkept = psb_landlock_keep(argv + 5, argc - 5, ll_kept, MAX_KEPT)) < 0)
         put_event(chan, E_ERROR, 0, 4, 0), quit(0);
     for (int k = 0; k < MAX_CMDS; k++)
         cmds[k].rep = -1;

@@ -34,8 +34,9 @@ MAX_TARGET_FD = 899   # the server moves received descriptors to 900 and up firs
 SERVER_ERRORS = {1: "a malformed frame", 2: "it is not the pid 1 of its pid namespace",
                  3: "no /proc/1/task/1/children in the sandbox (a procfs at /proc, with "
                     "CONFIG_PROC_CHILDREN, is needed to end a command's descendants)",
-                 4: "a writable destination of the policy is not a writable mount's root in the sandbox "
-                    "(each command's Landlock write rules go there: native/psb_session.c)"}
+                 4: "a writable destination of the policy is not a writable mount's root in the sandbox, or "
+                    "there are more than 4096 (each command's Landlock write rules go there: "
+                    "native/psb_session.c)"}
 
 _HEADER = struct.Struct("<8I")
 _EVENT = struct.Struct("<4I")
