@@ -203,21 +203,14 @@ static int read_pids(const char *path, long *out, int max)
 static void children_path(char *out, long pid)
 {
     /* /proc/PID/task/PID/children */
-    char digits[24];
-    int nd = 0;
-    do
-        digits[nd++] = (char)('0' + pid % 10), pid /= 10;
-    while (pid > 0);
     const char *a = "/proc/", *b = "/task/", *c = "/children";
     char *o = out;
     while (*a)
         *o++ = *a++;
-    for (int k = nd - 1; k >= 0; k--)
-        *o++ = digits[k];
+    o += psb_utoa(o, (unsigned long)pid);
     while (*b)
         *o++ = *b++;
-    for (int k = nd - 1; k >= 0; k--)
-        *o++ = digits[k];
+    o += psb_utoa(o, (unsigned long)pid);
     while (*c)
         *o++ = *c++;
     *o = 0;
