@@ -165,11 +165,12 @@ def section_pool(report, cfg: dict, deadline: float) -> None:
         pl.run(TRUE, check=True)
 
     def idle():
-        """Until every pool is full again (bounded): no refill competes with a measurement.
-        The thread closes used sandboxes before it stages, so full means idle."""
+        """Until every pool is full again and has closed its used sandboxes (bounded): no
+        refill competes with a measurement (the threads stage before they close, so full
+        alone is not idle)."""
         end = time.monotonic() + 30
         for pl in pools.values():
-            while pl.stats()["ready"] < pl.size and time.monotonic() < end:
+            while not M.pool_idle(pl) and time.monotonic() < end:
                 time.sleep(0.002)
 
     try:

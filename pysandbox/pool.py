@@ -10,10 +10,14 @@ processes or namespaces), with the setup off the critical path.
 
 Background threads (up to ``size``, at most ``STAGERS_PER_CPU`` a CPU) stage sandboxes in
 parallel until ``size`` are ready or being staged, ahead of demand. While a ``run`` of
-the pool is in progress they wait, unless nothing is ready (then staging starts at once): their
-Python parts would hold the GIL the command's thread needs, and on a small machine their
-CPU too. Closing used sandboxes comes after staging, and waits while a command runs
-unless ``size`` are waiting to be closed. ``close()`` ends
+the pool is in progress a new staging starts only once at most ``size - 2`` are ready or
+being staged (none, for a pool of 1 or 2): a run taken from a full pool never shares its
+time with a staging, whose Python parts would hold the GIL the command's thread needs
+(and, on a small machine, its CPU), while back-to-back runs find the refill already
+under way instead of waiting for a whole staging once the pool ran dry. Closing used
+sandboxes comes after staging, and waits while a command runs unless ``size`` are waiting
+to be closed. A take or a discard wakes the threads only when that gives them work, so
+a run's own path pays for no cross-thread wake-up it can avoid. ``close()`` ends
 them all.
 
 When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
@@ -40,8 +44,9 @@ STAGERS_PER_CPU = 2   # staging threads a CPU at most (each mostly waits for the
 class Pool:
     """Up to ``size`` staged sandboxes of ``policy`` on ``backend``; see the module.
 
-    ``stats()``: ready now, being staged now, staged, used, failed refills, and the mean
-    seconds to stage one.
+    ``stats()``: ready now, being staged now, used ones waiting to be closed or being
+    closed now (``closing``), staged, used, failed refills, and the mean seconds to stage
+    one. ``ready == size`` with ``closing == 0`` means the pool's threads are idle.
 
     Raises (from the constructor):
         PolicyError: a bad ``size``.
@@ -67,6 +72,8 @@ class Pool:
         self._staging = 0    # sandboxes being staged now
         self._active = 0     # run() calls in progress (a Popen may live long: not counted)
         self._running = 0    # background threads not yet returned (under the lock)
+        self._closing = 0    # used sandboxes being closed now (outside the lock)
+        self._low = max(0, size - 2)   # while a run is in progress, stage only at this stock or less
         self._staged = self._taken = self._failures = 0
         self._stage_seconds = 0.0
         workers = min(size, STAGERS_PER_CPU * (os.cpu_count() or 1))
@@ -82,17 +89,20 @@ class Pool:
         while True:
             if self._closed:
                 if self._used:
+                    self._closing += 1
                     return self._used.popleft()
                 return None
-            # While a run() of the pool is in progress, staging and closing wait unless the pool
-            # would otherwise run dry (nothing ready) or hoard (``size`` used): their Python
-            # parts would hold the GIL the command's thread needs to collect its events.
+            # While a run() of the pool is in progress, staging waits until the stock (ready or
+            # being staged) is down to ``_low``, and closing until ``size`` are used: their
+            # Python parts would hold the GIL the command's thread needs to collect its events,
+            # but back-to-back runs must not wait for a whole staging once the pool ran dry.
             busy = self._active > 0
-            if self._error is None and len(self._ready) + self._staging < self.size and \
-                    (not busy or not self._ready):
+            stock = len(self._ready) + self._staging
+            if self._error is None and stock < self.size and (not busy or stock <= self._low):
                 self._staging += 1
                 return "stage"
             if self._used and (not busy or len(self._used) >= self.size):
+                self._closing += 1
                 return self._used.popleft()
             self._cv.wait()
 
@@ -105,7 +115,11 @@ class Pool:
                     self._cv.notify_all()
                     return
             if job != "stage":
-                job.close()
+                try:
+                    job.close()
+                finally:
+                    with self._cv:
+                        self._closing -= 1   # read by stats() only: no one to wake
                 continue
             self._stage_one()
 
@@ -138,7 +152,8 @@ class Pool:
             self._active -= ran
             if self._running:
                 self._used.append(sb)
-                self._cv.notify_all()
+                if self._active == 0 or len(self._used) >= self.size:
+                    self._cv.notify_all()   # else no thread has work to do: none is woken
                 return
         sb.close()   # the pool closed while this command ran
 
@@ -156,7 +171,10 @@ class Pool:
                     self._taken += 1
                     if not sb.closed and sb.channel.lost is None:
                         self._active += run
-                        self._cv.notify_all()
+                        # a run's take wakes the threads only when they may stage beside it
+                        # (_next_job); each wake-up costs the command's thread the GIL and a CPU
+                        if not run or len(self._ready) + self._staging <= self._low:
+                            self._cv.notify_all()
                         return sb
                     self._cv.notify_all()
                     self._used.append(sb)
@@ -196,7 +214,7 @@ class Pool:
     def stats(self) -> dict:
         with self._cv:
             return {"size": self.size, "ready": len(self._ready), "staging": self._staging,
-                    "staged": self._staged, "used": self._taken,
+                    "closing": len(self._used) + self._closing, "staged": self._staged, "used": self._taken,
                     "failures": self._failures,
                     "stage_seconds_mean": self._stage_seconds / self._staged if self._staged else None}
 
