@@ -1,7 +1,8 @@
 """Pool.run counts itself as a run in progress in the critical section that takes its
 sandbox (pysandbox/pool.py _take): the staging thread that take wakes already sees the
-run and does not start a staging beside the command (issue 27: the pool's command paid
-for a whole staging on a 2-CPU host)."""
+run and does not start a staging beside a single command (issue 27: the pool's command
+paid for a whole staging on a 2-CPU host); and a run's take from a full pool wakes no
+thread at all (a cross-thread wake-up on the command's path)."""
 
 from __future__ import annotations
 
@@ -32,19 +33,33 @@ class _Recording:
         return getattr(self._cv, name)
 
 
+def _full(pool, n):
+    with pool._cv:
+        while len(pool._ready) < n or pool._staging:
+            pool._cv.wait(30)
+
+
 def test_a_run_is_counted_before_the_stager_is_woken(backend):
-    with pysandbox.Pool(pysandbox.Policy.default(), size=2, backend=backend) as pool:
-        for run, want in ((False, 0), (True, 1)):   # control: a plain take (Popen) wakes it uncounted
-            with pool._cv:
-                while len(pool._ready) < 2:
-                    pool._cv.wait(30)
+    """size 3 (stage beside a run at a stock of 1 or less, pysandbox/pool.py): a Popen's take
+    wakes the threads uncounted (the control), a run's take from a full pool wakes none (no
+    staging beside a single command, no wake-up on its path), and a second run's take wakes
+    them with both runs already counted."""
+    with pysandbox.Pool(pysandbox.Policy.default(), size=3, backend=backend) as pool:
+        for runs, want in (((False,), [0]), ((True,), []), ((True, True), [2])):
+            _full(pool, 3)
             rec = _Recording(pool._cv, pool)
             pool._cv = rec
+            taken = []
             try:
-                sb = pool._take(run=run)
+                for run in runs:
+                    rec.seen.clear()   # the last take's wake-ups only
+                    taken.append(pool._take(run=run))
             finally:
                 pool._cv = rec._cv
-            assert rec.seen == [want], rec.seen
-            pool._discard(sb, ran=run)
+            assert rec.seen == want, (runs, rec.seen)
+            if runs == (True,):
+                assert pool.stats()["staging"] == 0   # nothing staged beside a single run
+            for sb, run in zip(taken, runs):
+                pool._discard(sb, ran=run)
         assert pool._active == 0
         assert pool.run(["true"]).returncode == 0
