@@ -16,8 +16,9 @@ time with a staging, whose Python parts would hold the GIL the command's thread 
 (and, on a small machine, its CPU), while back-to-back runs find the refill already
 under way instead of waiting for a whole staging once the pool ran dry. Closing used
 sandboxes comes after staging, and waits while a command runs unless ``size`` are waiting
-to be closed. A take or a discard wakes the threads only when that gives them work, so
-a run's own path pays for no cross-thread wake-up it can avoid. ``close()`` ends
+to be closed. A take or a discard wakes one thread, and only when that gives it work (a
+thread that finds more to do wakes the next one), so a run's own path pays for no
+cross-thread wake-up it can avoid (each costs it the GIL and tens of microseconds). ``close()`` ends
 them all.
 
 When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
@@ -64,7 +65,8 @@ class Pool:
         self._caller_start = policy is None   # with no policy, commands start where the caller is (session.py)
         self.backend = backend
         self.size = size
-        self._cv = threading.Condition()
+        self._cv = threading.Condition()   # the pool's state; callers waiting for a sandbox
+        self._jobs = threading.Condition(self._cv)   # the same lock: the threads waiting for work
         self._ready: collections.deque[Sandbox] = collections.deque()
         self._used: collections.deque[Sandbox] = collections.deque()
         self._error: BaseException | None = None
@@ -92,19 +94,31 @@ class Pool:
                     self._closing += 1
                     return self._used.popleft()
                 return None
-            # While a run() of the pool is in progress, staging waits until the stock (ready or
-            # being staged) is down to ``_low``, and closing until ``size`` are used: their
-            # Python parts would hold the GIL the command's thread needs to collect its events,
-            # but back-to-back runs must not wait for a whole staging once the pool ran dry.
-            busy = self._active > 0
-            stock = len(self._ready) + self._staging
-            if self._error is None and stock < self.size and (not busy or stock <= self._low):
+            job = self._job()
+            if job == "stage":
                 self._staging += 1
-                return "stage"
-            if self._used and (not busy or len(self._used) >= self.size):
+            elif job is not None:
                 self._closing += 1
-                return self._used.popleft()
-            self._cv.wait()
+                self._used.popleft()
+            if job is not None:
+                if self._job() is not None:
+                    self._jobs.notify()   # one more thread, woken by this one: off a caller's path
+                return job
+            self._jobs.wait()
+
+    def _job(self):
+        """Under the lock: the job a thread may start now ("stage", a used sandbox), or None.
+        While a run() of the pool is in progress, staging waits until the stock (ready or
+        being staged) is down to ``_low``, and closing until ``size`` are used: their Python
+        parts would hold the GIL the command's thread needs to collect its events, but
+        back-to-back runs must not wait for a whole staging once the pool ran dry."""
+        busy = self._active > 0
+        stock = len(self._ready) + self._staging
+        if self._error is None and stock < self.size and (not busy or stock <= self._low):
+            return "stage"
+        if self._used and (not busy or len(self._used) >= self.size):
+            return self._used[0]
+        return None
 
     def _work(self) -> None:
         while True:
@@ -135,7 +149,8 @@ class Pool:
                 self._error, self._failures = exc, self._failures + 1
                 if sb is not None:
                     self._used.append(sb)
-                self._cv.notify_all()
+                self._cv.notify_all()   # the callers waiting: the error
+                self._jobs.notify()     # the failed sandbox to close
             return
         with self._cv:
             self._staging -= 1
@@ -153,7 +168,8 @@ class Pool:
             if self._running:
                 self._used.append(sb)
                 if self._active == 0 or len(self._used) >= self.size:
-                    self._cv.notify_all()   # else no thread has work to do: none is woken
+                    self._jobs.notify()   # one thread; it wakes another if more is to do
+                # else no thread has work to do: none is woken
                 return
         sb.close()   # the pool closed while this command ran
 
@@ -174,14 +190,14 @@ class Pool:
                         # a run's take wakes the threads only when they may stage beside it
                         # (_next_job); each wake-up costs the command's thread the GIL and a CPU
                         if not run or len(self._ready) + self._staging <= self._low:
-                            self._cv.notify_all()
+                            self._jobs.notify()   # one thread; it wakes another if more is to do
                         return sb
-                    self._cv.notify_all()
                     self._used.append(sb)
+                    self._jobs.notify()
                     continue
                 if self._error is not None:
                     err, self._error = self._error, None   # the next take tries again
-                    self._cv.notify_all()
+                    self._jobs.notify()
                     raise err
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -227,6 +243,7 @@ class Pool:
             self._used.extend(self._ready)
             self._ready.clear()
             self._cv.notify_all()
+            self._jobs.notify_all()
         for t in self._threads:
             t.join()
 

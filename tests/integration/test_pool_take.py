@@ -14,7 +14,8 @@ pytestmark = pytest.mark.requires("userns")
 
 
 class _Recording:
-    """The pool's condition, recording the runs in progress at each notify."""
+    """The pool threads' condition (``_jobs``), recording the runs in progress at each
+    notify."""
 
     def __init__(self, cv, pool):
         self._cv, self._pool, self.seen = cv, pool, []
@@ -24,6 +25,10 @@ class _Recording:
 
     def __exit__(self, *exc):
         return self._cv.__exit__(*exc)
+
+    def notify(self, n=1):
+        self.seen.append(self._pool._active)
+        self._cv.notify(n)
 
     def notify_all(self):
         self.seen.append(self._pool._active)
@@ -47,15 +52,15 @@ def test_a_run_is_counted_before_the_stager_is_woken(backend):
     with pysandbox.Pool(pysandbox.Policy.default(), size=3, backend=backend) as pool:
         for runs, want in (((False,), [0]), ((True,), []), ((True, True), [2])):
             _full(pool, 3)
-            rec = _Recording(pool._cv, pool)
-            pool._cv = rec
+            rec = _Recording(pool._jobs, pool)
+            pool._jobs = rec
             taken = []
             try:
                 for run in runs:
                     rec.seen.clear()   # the last take's wake-ups only
                     taken.append(pool._take(run=run))
             finally:
-                pool._cv = rec._cv
+                pool._jobs = rec._cv
             assert rec.seen == want, (runs, rec.seen)
             if runs == (True,):
                 assert pool.stats()["staging"] == 0   # nothing staged beside a single run
