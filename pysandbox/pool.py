@@ -22,7 +22,8 @@ cross-thread wake-up it can avoid (each costs it the GIL and tens of microsecond
 them all.
 
 When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
-next one; if the refill fails (the backend cannot run here) the error is raised to
+next one, which then skips its warm-up (about a third of a staging; it saves the first
+command about a tenth of a millisecond); if the refill fails (the backend cannot run here) the error is raised to
 the caller rather than retried in a loop.
 """
 
@@ -46,8 +47,8 @@ class Pool:
     """Up to ``size`` staged sandboxes of ``policy`` on ``backend``; see the module.
 
     ``stats()``: ready now, being staged now, used ones waiting to be closed or being
-    closed now (``closing``), staged, used, failed refills, and the mean seconds to stage
-    one. ``ready == size`` with ``closing == 0`` means the pool's threads are idle.
+    closed now (``closing``), staged, used, failed refills, staged sandboxes handed to a
+    waiting caller without a warm-up (``unwarmed``), and the mean seconds to stage one. ``ready == size`` with ``closing == 0`` means the pool's threads are idle.
 
     Raises (from the constructor):
         PolicyError: a bad ``size``.
@@ -77,6 +78,8 @@ class Pool:
         self._closing = 0    # used sandboxes being closed now (outside the lock)
         self._low = max(0, size - 2)   # while a run is in progress, stage only at this stock or less
         self._staged = self._taken = self._failures = 0
+        self._waiting = 0    # callers waiting in _take for a sandbox (nothing ready)
+        self._unwarmed = 0   # sandboxes handed to a waiting caller without Sandbox.warm
         self._stage_seconds = 0.0
         workers = min(size, STAGERS_PER_CPU * (os.cpu_count() or 1))
         self._threads = [threading.Thread(target=self._work, name=f"pysandbox-pool-{i}", daemon=True)
@@ -142,7 +145,14 @@ class Pool:
         sb = None
         try:
             sb = Sandbox(self.policy, self.backend, caller_directory=self._caller_start)
-            sb.warm()
+            if self._waiting:
+                # a caller is waiting for this one: the warm-up (a keeper fork and a failed
+                # exec, about a third of a staging) would delay it more than it saves its
+                # first command (docs/ARCHITECTURE.md, the pool)
+                with self._cv:
+                    self._unwarmed += 1
+            else:
+                sb.warm()
         except BaseException as exc:   # noqa: BLE001 - handed to the callers
             with self._cv:
                 self._staging -= 1
@@ -202,7 +212,11 @@ class Pool:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SessionError(f"no sandbox was staged within {timeout} s", Reason.SESSION_UNAVAILABLE)
-                self._cv.wait(left)
+                self._waiting += 1
+                try:
+                    self._cv.wait(left)
+                finally:
+                    self._waiting -= 1
 
     # ---------------------------------------------------------------- the API
     def Popen(self, args, **kwargs) -> SessionProcess:
@@ -231,7 +245,7 @@ class Pool:
         with self._cv:
             return {"size": self.size, "ready": len(self._ready), "staging": self._staging,
                     "closing": len(self._used) + self._closing, "staged": self._staged, "used": self._taken,
-                    "failures": self._failures,
+                    "failures": self._failures, "unwarmed": self._unwarmed,
                     "stage_seconds_mean": self._stage_seconds / self._staged if self._staged else None}
 
     def close(self) -> None:

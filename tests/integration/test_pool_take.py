@@ -6,9 +6,13 @@ thread at all (a cross-thread wake-up on the command's path)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import pysandbox
+from pysandbox import pool as pool_module
+from tests.support import wait_until
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -68,3 +72,40 @@ def test_a_run_is_counted_before_the_stager_is_woken(backend):
                 pool._discard(sb, ran=run)
         assert pool._active == 0
         assert pool.run(["true"]).returncode == 0
+
+
+def test_a_sandbox_a_caller_waits_for_skips_its_warm_up(backend, monkeypatch):
+    """A staging that a caller is waiting for (nothing was ready) hands its sandbox over
+    without Sandbox.warm (pysandbox/pool.py): the wait is not made longer by a warm-up.
+    Control: the first sandbox, staged with no caller waiting, is warmed. The staging is
+    held at its start until the caller is seen waiting (no timing)."""
+    release, made, warmed = threading.Event(), [], []
+    release.set()
+
+    class Held(pool_module.Sandbox):
+        def __init__(self, *args, **kwargs):
+            assert release.wait(60)
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+        def warm(self):
+            warmed.append(self)
+            super().warm()
+
+    monkeypatch.setattr(pool_module, "Sandbox", Held)
+    with pysandbox.Pool(pysandbox.Policy.default(), size=1, backend=backend) as pool:
+        assert wait_until(lambda: pool.stats()["ready"] == 1, 120), pool.stats()
+        assert (len(warmed), pool.stats()["unwarmed"]) == (1, 0)   # the control: no one waited
+        release.clear()
+        first = pool.Popen(["true"])   # takes it; the next staging starts and is held
+        done = []
+        caller = threading.Thread(target=lambda: done.append(pool.run(["true"]).returncode))
+        caller.start()
+        assert wait_until(lambda: pool._waiting == 1, 60)
+        release.set()
+        caller.join(60)
+        assert done == [0]
+        assert first.wait(timeout=30) == 0
+        # the caller's (the second made) was not warmed; the pool refills on (warmed or not)
+        assert made[0] in warmed and made[1] not in warmed, (made, warmed)
+        assert pool.stats()["unwarmed"] == 1, pool.stats()
