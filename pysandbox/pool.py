@@ -66,8 +66,9 @@ class Pool:
         self._caller_start = policy is None   # with no policy, commands start where the caller is (session.py)
         self.backend = backend
         self.size = size
-        self._cv = threading.Condition()   # the pool's state; callers waiting for a sandbox
-        self._jobs = threading.Condition(self._cv)   # the same lock: the threads waiting for work
+        lock = threading.RLock()
+        self._cv = threading.Condition(lock)     # the pool's state; callers waiting for a sandbox
+        self._jobs = threading.Condition(lock)   # the same lock: the threads waiting for work
         self._ready: collections.deque[Sandbox] = collections.deque()
         self._used: collections.deque[Sandbox] = collections.deque()
         self._error: BaseException | None = None
