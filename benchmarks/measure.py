@@ -139,6 +139,15 @@ def threaded_rate(launch, threads: int, per_thread: int) -> float:
     return threads * per_thread / elapsed
 
 
+def pool_idle(pool) -> bool:
+    """``pool`` (a pysandbox.Pool) has every sandbox ready and none left to close: its
+    threads are idle. A build whose ``stats()`` has no ``closing`` (before issue 27 item 3's
+    hpool change) is read by its used queue, so an A/B run measures both builds alike."""
+    stats = pool.stats()
+    closing = stats["closing"] if "closing" in stats else len(pool._used)
+    return stats["ready"] >= pool.size and closing == 0
+
+
 def rss_kib(pid: int | str = "self") -> int:
     """VmRSS of a process, in KiB (0 if the field is missing)."""
     with open(f"/proc/{pid}/status") as f:

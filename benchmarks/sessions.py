@@ -165,11 +165,12 @@ def section_pool(report, cfg: dict, deadline: float) -> None:
         pl.run(TRUE, check=True)
 
     def idle():
-        """Until every pool is full again (bounded): no refill competes with a measurement.
-        The thread closes used sandboxes before it stages, so full means idle."""
+        """Until every pool is full again and has closed its used sandboxes (bounded): no
+        refill competes with a measurement (the threads stage before they close, so full
+        alone is not idle)."""
         end = time.monotonic() + 30
         for pl in pools.values():
-            while pl.stats()["ready"] < pl.size and time.monotonic() < end:
+            while not M.pool_idle(pl) and time.monotonic() < end:
                 time.sleep(0.002)
 
     try:
@@ -193,7 +194,8 @@ def section_pool(report, cfg: dict, deadline: float) -> None:
                      ms(stage_mean[b]) if k != "plain" and stage_mean.get(b) else "-"])
     report.out(f"One round (a plain spawn and one pool.run per backend) every {1 / pace * 1e3:.0f} ms: "
                f"{pace:.0f} calls/s to each pool, half the slowest refill rate above; each call starts once "
-               "every pool is full again (no refill runs during a measurement).")
+               "every pool is full again and has closed its used sandboxes (no refill or close runs during a "
+               "measurement).")
     report.out()
     report.table(["contender", "median ms", "p90 ms", "p99 ms", "n", "/ plain", "calls that found no "
                   "sandbox ready", "pool's mean stage ms"], rows)

@@ -36,10 +36,10 @@ class Rate:
 
 
 def _full(pool, limit: float = 30.0) -> None:
-    """Until ``pool`` has every sandbox ready (bounded): no staging is left over from the
-    previous measurement."""
+    """Until ``pool`` has every sandbox ready and none left to close (bounded): no staging
+    or closing is left over from the previous measurement."""
     end = time.monotonic() + limit
-    while pool.stats()["ready"] < pool.size and time.monotonic() < end:
+    while not M.pool_idle(pool) and time.monotonic() < end:
         time.sleep(0.002)
 
 

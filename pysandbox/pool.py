@@ -10,14 +10,20 @@ processes or namespaces), with the setup off the critical path.
 
 Background threads (up to ``size``, at most ``STAGERS_PER_CPU`` a CPU) stage sandboxes in
 parallel until ``size`` are ready or being staged, ahead of demand. While a ``run`` of
-the pool is in progress they wait, unless nothing is ready (then staging starts at once): their
-Python parts would hold the GIL the command's thread needs, and on a small machine their
-CPU too. Closing used sandboxes comes after staging, and waits while a command runs
-unless ``size`` are waiting to be closed. ``close()`` ends
+the pool is in progress a new staging starts only once at most ``size - 2`` are ready or
+being staged (none, for a pool of 1 or 2): a run taken from a full pool never shares its
+time with a staging, whose Python parts would hold the GIL the command's thread needs
+(and, on a small machine, its CPU), while back-to-back runs find the refill already
+under way instead of waiting for a whole staging once the pool ran dry. Closing used
+sandboxes comes after staging, and waits while a command runs unless ``size`` are waiting
+to be closed. A take or a discard wakes one thread, and only when that gives it work (a
+thread that finds more to do wakes the next one), so a run's own path pays for no
+cross-thread wake-up it can avoid (each costs it the GIL and tens of microseconds). ``close()`` ends
 them all.
 
 When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
-next one; if the refill fails (the backend cannot run here) the error is raised to
+next one, which then skips its warm-up (about a third of a staging; it saves the first
+command about a tenth of a millisecond); if the refill fails (the backend cannot run here) the error is raised to
 the caller rather than retried in a loop.
 """
 
@@ -40,8 +46,9 @@ STAGERS_PER_CPU = 2   # staging threads a CPU at most (each mostly waits for the
 class Pool:
     """Up to ``size`` staged sandboxes of ``policy`` on ``backend``; see the module.
 
-    ``stats()``: ready now, being staged now, staged, used, failed refills, and the mean
-    seconds to stage one.
+    ``stats()``: ready now, being staged now, used ones waiting to be closed or being
+    closed now (``closing``), staged, used, failed refills, staged sandboxes handed to a
+    waiting caller without a warm-up (``unwarmed``), and the mean seconds to stage one. ``ready == size`` with ``closing == 0`` means the pool's threads are idle.
 
     Raises (from the constructor):
         PolicyError: a bad ``size``.
@@ -59,7 +66,9 @@ class Pool:
         self._caller_start = policy is None   # with no policy, commands start where the caller is (session.py)
         self.backend = backend
         self.size = size
-        self._cv = threading.Condition()
+        lock = threading.RLock()
+        self._cv = threading.Condition(lock)     # the pool's state; callers waiting for a sandbox
+        self._jobs = threading.Condition(lock)   # the same lock: the threads waiting for work
         self._ready: collections.deque[Sandbox] = collections.deque()
         self._used: collections.deque[Sandbox] = collections.deque()
         self._error: BaseException | None = None
@@ -67,7 +76,11 @@ class Pool:
         self._staging = 0    # sandboxes being staged now
         self._active = 0     # run() calls in progress (a Popen may live long: not counted)
         self._running = 0    # background threads not yet returned (under the lock)
+        self._closing = 0    # used sandboxes being closed now (outside the lock)
+        self._low = max(0, size - 2)   # while a run is in progress, stage only at this stock or less
         self._staged = self._taken = self._failures = 0
+        self._waiting = 0    # callers waiting in _take for a sandbox (nothing ready)
+        self._unwarmed = 0   # sandboxes handed to a waiting caller without Sandbox.warm
         self._stage_seconds = 0.0
         workers = min(size, STAGERS_PER_CPU * (os.cpu_count() or 1))
         self._threads = [threading.Thread(target=self._work, name=f"pysandbox-pool-{i}", daemon=True)
@@ -82,19 +95,34 @@ class Pool:
         while True:
             if self._closed:
                 if self._used:
+                    self._closing += 1
                     return self._used.popleft()
                 return None
-            # While a run() of the pool is in progress, staging and closing wait unless the pool
-            # would otherwise run dry (nothing ready) or hoard (``size`` used): their Python
-            # parts would hold the GIL the command's thread needs to collect its events.
-            busy = self._active > 0
-            if self._error is None and len(self._ready) + self._staging < self.size and \
-                    (not busy or not self._ready):
+            job = self._job()
+            if job == "stage":
                 self._staging += 1
-                return "stage"
-            if self._used and (not busy or len(self._used) >= self.size):
-                return self._used.popleft()
-            self._cv.wait()
+            elif job is not None:
+                self._closing += 1
+                self._used.popleft()
+            if job is not None:
+                if self._job() is not None:
+                    self._jobs.notify()   # one more thread, woken by this one: off a caller's path
+                return job
+            self._jobs.wait()
+
+    def _job(self):
+        """Under the lock: the job a thread may start now ("stage", a used sandbox), or None.
+        While a run() of the pool is in progress, staging waits until the stock (ready or
+        being staged) is down to ``_low``, and closing until ``size`` are used: their Python
+        parts would hold the GIL the command's thread needs to collect its events, but
+        back-to-back runs must not wait for a whole staging once the pool ran dry."""
+        busy = self._active > 0
+        stock = len(self._ready) + self._staging
+        if self._error is None and stock < self.size and (not busy or stock <= self._low):
+            return "stage"
+        if self._used and (not busy or len(self._used) >= self.size):
+            return self._used[0]
+        return None
 
     def _work(self) -> None:
         while True:
@@ -105,7 +133,11 @@ class Pool:
                     self._cv.notify_all()
                     return
             if job != "stage":
-                job.close()
+                try:
+                    job.close()
+                finally:
+                    with self._cv:
+                        self._closing -= 1   # read by stats() only: no one to wake
                 continue
             self._stage_one()
 
@@ -114,14 +146,22 @@ class Pool:
         sb = None
         try:
             sb = Sandbox(self.policy, self.backend, caller_directory=self._caller_start)
-            sb.warm()
+            if self._waiting:
+                # a caller is waiting for this one: the warm-up (a keeper fork and a failed
+                # exec, about a third of a staging) would delay it more than it saves its
+                # first command (docs/ARCHITECTURE.md, the pool)
+                with self._cv:
+                    self._unwarmed += 1
+            else:
+                sb.warm()
         except BaseException as exc:   # noqa: BLE001 - handed to the callers
             with self._cv:
                 self._staging -= 1
                 self._error, self._failures = exc, self._failures + 1
                 if sb is not None:
                     self._used.append(sb)
-                self._cv.notify_all()
+                self._cv.notify_all()   # the callers waiting: the error
+                self._jobs.notify()     # the failed sandbox to close
             return
         with self._cv:
             self._staging -= 1
@@ -138,7 +178,9 @@ class Pool:
             self._active -= ran
             if self._running:
                 self._used.append(sb)
-                self._cv.notify_all()
+                if self._active == 0 or len(self._used) >= self.size:
+                    self._jobs.notify()   # one thread; it wakes another if more is to do
+                # else no thread has work to do: none is woken
                 return
         sb.close()   # the pool closed while this command ran
 
@@ -156,19 +198,26 @@ class Pool:
                     self._taken += 1
                     if not sb.closed and sb.channel.lost is None:
                         self._active += run
-                        self._cv.notify_all()
+                        # a run's take wakes the threads only when they may stage beside it
+                        # (_next_job); each wake-up costs the command's thread the GIL and a CPU
+                        if not run or len(self._ready) + self._staging <= self._low:
+                            self._jobs.notify()   # one thread; it wakes another if more is to do
                         return sb
-                    self._cv.notify_all()
                     self._used.append(sb)
+                    self._jobs.notify()
                     continue
                 if self._error is not None:
                     err, self._error = self._error, None   # the next take tries again
-                    self._cv.notify_all()
+                    self._jobs.notify()
                     raise err
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise SessionError(f"no sandbox was staged within {timeout} s", Reason.SESSION_UNAVAILABLE)
-                self._cv.wait(left)
+                self._waiting += 1
+                try:
+                    self._cv.wait(left)
+                finally:
+                    self._waiting -= 1
 
     # ---------------------------------------------------------------- the API
     def Popen(self, args, **kwargs) -> SessionProcess:
@@ -196,8 +245,8 @@ class Pool:
     def stats(self) -> dict:
         with self._cv:
             return {"size": self.size, "ready": len(self._ready), "staging": self._staging,
-                    "staged": self._staged, "used": self._taken,
-                    "failures": self._failures,
+                    "closing": len(self._used) + self._closing, "staged": self._staged, "used": self._taken,
+                    "failures": self._failures, "unwarmed": self._unwarmed,
                     "stage_seconds_mean": self._stage_seconds / self._staged if self._staged else None}
 
     def close(self) -> None:
@@ -209,6 +258,7 @@ class Pool:
             self._used.extend(self._ready)
             self._ready.clear()
             self._cv.notify_all()
+            self._jobs.notify_all()
         for t in self._threads:
             t.join()
 
