@@ -97,22 +97,18 @@ def _fallback(plan, native_error):
 
 def _checked(backend, plan, what: str, deferred: bool = False) -> None:
     """``backend.check(plan)`` (``deferred``: ``check(plan, probe=False)`` where the
-    backend has the option), logged with its time when someone listens (trace.py)."""
-    check = backend.check if not deferred or backend.name != "native" else _unprobed(backend)
+    backend has the option: native), logged with its time when someone listens (trace.py)."""
+    options = {"probe": False} if deferred and backend.name == "native" else {}
     log = debug_logger()
     if log is None:
-        check(plan)
+        backend.check(plan, **options)
         return
     started = clock()
     try:
-        check(plan)
+        backend.check(plan, **options)
     except Exception as exc:
         log.debug("%s: unavailable after %.1f ms: %s", what, ms(started),
                   getattr(getattr(exc, "reason", None), "value", type(exc).__name__))
         raise
     log.debug("%s: checked in %.1f ms%s", what, ms(started),
-              "" if check == backend.check else " (its namespace probe left to the launch)")
-
-
-def _unprobed(backend):
-    return lambda plan: backend.check(plan, probe=False)
+              " (its namespace probe left to the launch)" if options else "")
