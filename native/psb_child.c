@@ -39,13 +39,25 @@ static void psb_init(int cmd, int status_fd, unsigned long fwd_signals)
  * command does not run yet; magic links never), and one for each descriptor it will be
  * given: the caller's stdio and pass_fds (the sources, before psb_exec moves them; a
  * pty's slave is opened later from the sandbox's own devpts, inside the root). */
+/* Whether the setup closed FD first (launch close_first: pybwrap's --info-fd and
+ * --json-status-fd). Such a stdio source starts closed in the command, as in bwrap's
+ * child; its number may meanwhile name a descriptor of the setup's own. */
+static int psb_closed_first(const struct psb_launch *l, int fd)
+{
+    for (int i = 0; i < l->nclose; i++)
+        if (l->close_first[i] == fd)
+            return 1;
+    return 0;
+}
+
 static long psb_child_landlock(struct psb_child *c, const struct psb_op *op)
 {
     const struct psb_launch *l = c->launch;
     struct psb_ll ll = psb_landlock_create(op->n, S(c, op->a), PSB_LL_RESOLVE_NO_MAGICLINKS);
     long r = 0;
     for (int i = 0; ll.rs >= 0 && i < 3 && r == 0; i++)
-        r = psb_landlock_fd_rule(&ll, l->stdio[i]);
+        if (!psb_closed_first(l, l->stdio[i]))   /* else a setup descriptor may hold its number */
+            r = psb_landlock_fd_rule(&ll, l->stdio[i]);
     for (int i = 0; ll.rs >= 0 && i < l->npass && r == 0; i++)
         r = psb_landlock_fd_rule(&ll, l->pass_fds[i]);
     return psb_landlock_restrict(&ll, r);
@@ -68,12 +80,18 @@ static void psb_exec(struct psb_child *c)
     }
     /* Move the caller's stdio out of 0..2 first: a source may be another's target. */
     for (int i = 0; i < 3; i++) {
-        tmp[i] = fcntl(slave >= 0 && (l->pty_stdio & (1 << i)) ? slave : l->stdio[i], F_DUPFD_CLOEXEC, 3);
+        int pty = slave >= 0 && (l->pty_stdio & (1 << i));
+        tmp[i] = -1;
+        if (!pty && psb_closed_first(l, l->stdio[i]))
+            continue;   /* closed by the setup: the slot starts closed */
+        tmp[i] = fcntl(pty ? slave : l->stdio[i], F_DUPFD_CLOEXEC, 3);
         if (tmp[i] < 0)
             psb_fail(c, PSB_STAGE_FDS, -1, errno);
     }
     for (int i = 0; i < 3; i++) {
-        if (dup2(tmp[i], i) < 0)
+        if (tmp[i] < 0)
+            close(i);
+        else if (dup2(tmp[i], i) < 0)
             psb_fail(c, PSB_STAGE_FDS, -1, errno);
     }
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {

@@ -78,6 +78,13 @@ def kind(may_mount: bool, abi_version: int | None = None) -> int:
     return FS
 
 
+def fs_kind(may_mount: bool, abi_version: int | None = None) -> int:
+    """The filesystem domain alone (FS, or NONE for a command that may mount or without
+    Landlock): for a command with no init of ours to guard (no pid namespace, as_pid_1)."""
+    v = abi() if abi_version is None else abi_version
+    return NONE if v < 1 or may_mount else FS
+
+
 # The mounts a command may write through (a read-only one ends writes with EROFS itself).
 _WRITABLE = (O.MountProc, O.MinimalDev, O.MountMqueue)
 

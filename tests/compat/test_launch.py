@@ -469,3 +469,21 @@ def test_info_fd_names_the_commands_own_namespaces(tool):
     seen = dict(line.split() for line in done.stdout.splitlines())
     named = {k[:-len("-namespace")]: v for k, v in doc.items() if k.endswith("-namespace")}
     assert named and {k: int(seen[k]) for k in named} == named, (named, seen)
+
+
+@pytest.mark.parametrize("option", ["--json-status-fd", "--info-fd"])
+def test_a_status_descriptor_on_stdout_runs_the_command_with_stdout_closed(tool, option):
+    # bwrap closes its status descriptors in its child, so with one on descriptor 1 the
+    # command runs and its own writes to stdout fail; pybwrap refused to run at all
+    # ("descriptor setup failed: Bad file descriptor"). Control: the same tool with the
+    # status on stderr lets the command's stdout through.
+    ok = subprocess.run(tool + ["--ro-bind", "/", "/", option, "2", "sh", "-c", "echo hi"], env=ENV,
+                        capture_output=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout == b"hi\n", ok
+    done = subprocess.run(tool + ["--ro-bind", "/", "/", option, "1", "true"], env=ENV, capture_output=True,
+                          timeout=60)
+    assert done.returncode == 0, done
+    assert b"child-pid" in done.stdout, done
+    wrote = subprocess.run(tool + ["--ro-bind", "/", "/", option, "1", "sh", "-c", "echo hi"], env=ENV,
+                           capture_output=True, timeout=60)
+    assert wrote.returncode != 0 and b"hi\n" not in wrote.stdout, wrote   # its stdout is not the status stream

@@ -258,3 +258,33 @@ def test_devices_stay_writable_under_a_readonly_remounted_dev(backend, tmp_path)
                              capture_output=True, timeout=120)
     assert (done.returncode, done.stdout.split()) == (0, [b"null-ok", b"dev-readonly", b"refused"]), done.stderr
     assert victim.read_bytes() == ORIGINAL
+
+
+def _shape(tmp_path, shape) -> pysandbox.Policy:
+    if shape == "as_pid_1":
+        return _policy(tmp_path, as_pid_1=True)
+    # no pid namespace (bwrap without --unshare-pid): the host's procfs, through a
+    # read-only bind of "/", still offers the magic links
+    return pysandbox.Policy(fs=(pysandbox.Bind("/", "/", readonly=True),), namespaces={"user"})
+
+
+@pytest.mark.parametrize("shape", ["as_pid_1", "no_pid_namespace"])
+def test_no_init_plans_refuse_the_reopen_too(backend, tmp_path, monkeypatch, shape):
+    # Plans without our init (the command is pid 1, or there is no pid namespace) took no
+    # Landlock domain at all: the domain was made right after the init only, so these
+    # shapes still let a read-only stdin be rewritten (found after the fix above, as root
+    # on both backends). They now take the filesystem domain alone (landlock.fs_kind).
+    _need_landlock()
+    victim = _victim(tmp_path)
+    tries = _attacks()
+    policy = _shape(tmp_path, shape)
+    with open(victim, "rb") as stdin:
+        got = _reopen(backend, policy, "/proc/self/fd/0", tries, stdin=stdin)
+    assert got == {t: "EACCES" for t in tries}
+    assert victim.read_bytes() == ORIGINAL
+    # live control: without Landlock the same shape rewrites the caller's file
+    monkeypatch.setenv(landlock.NO_LANDLOCK_ENV, "1")
+    with open(victim, "rb") as stdin:
+        got = _reopen(backend, policy, "/proc/self/fd/0", ("append",), stdin=stdin)
+    assert got == {"append": "ok"}
+    assert victim.read_bytes() == ORIGINAL + b"pwned"

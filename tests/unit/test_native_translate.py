@@ -224,17 +224,28 @@ def test_setsid_in_the_init_only_with_an_init():
 def test_landlock_right_after_the_init_only_with_landlock_and_an_init():
     """The command's Landlock domain (native/psb_landlock.h) comes right after INIT, in
     the command's process, after NNP (the kernel's condition); the C side makes the
-    init dumpable only when it sees it. No Landlock on the host, or no init of ours
-    (as_pid_1, no pid namespace): no LANDLOCK op, the init as before."""
+    init dumpable only when it sees it. No Landlock on the host: no LANDLOCK op, the init
+    as before. No init of ours (as_pid_1, no pid namespace): the filesystem domain alone
+    (landlock.fs_kind) at the same point, before the first seccomp filter, so a read-only
+    descriptor is not reopened for writing there either
+    (tests/security/test_reopen_descriptors.py::test_no_init_plans_refuse_the_reopen_too)."""
     ops = N.translate(_plan(), landlock_abi=1)
     k = kinds(ops)
     assert k.index("NNP") < k.index("INIT") and k.index("LANDLOCK") == k.index("INIT") + 1
     assert k.index("LANDLOCK") < k.index("SECCOMP")
     assert ops[k.index("LANDLOCK")].n == landlock.FS
     assert "LANDLOCK" not in kinds(N.translate(_plan()))          # the host lacks it
-    assert "LANDLOCK" not in kinds(N.translate(_plan(as_pid_1=True), landlock_abi=7))
     no_pid = PP.Policy.default().replace(namespaces=frozenset({"user", "ipc", "uts"}))
-    assert "LANDLOCK" not in kinds(N.translate(P.compile(no_pid, outer_ids=(1000, 1000)), landlock_abi=7))
+    for plan in (_plan(as_pid_1=True), P.compile(no_pid, outer_ids=(1000, 1000))):
+        for abi in (1, 7):
+            ops = N.translate(plan, landlock_abi=abi)
+            k = kinds(ops)
+            assert "INIT" not in k and k.count("LANDLOCK") == 1
+            assert k.index("NNP") < k.index("LANDLOCK") < k.index("SECCOMP")
+            assert ops[k.index("LANDLOCK")].n == landlock.FS   # no signal scope: no init to guard
+        assert "LANDLOCK" not in kinds(N.translate(plan))      # the host lacks it
+    may_mount = P.compile(no_pid.replace(allow_nested_userns=True), outer_ids=(1000, 1000))
+    assert "LANDLOCK" not in kinds(N.translate(may_mount, landlock_abi=7))   # a domain would forbid mount
 
 
 @pytest.mark.parametrize("kw", [{"allow_nested_userns": True}, {"caps_keep": ("sys_admin",)}])

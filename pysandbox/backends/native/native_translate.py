@@ -45,6 +45,8 @@ def translate(plan: P.Plan, host: HostView | None = None, only: tuple = (), **fa
             cx.add("INIT", stage="init", plan_index=i)
             cx.init_done = True
             _landlock(cx, i)
+        elif not cx.init_needed and not cx.landlock_done and isinstance(op, (P.Seccomp, P.NewSession, P.Chdir)):
+            _landlock(cx, i, init=False)
         if only and not isinstance(op, only):
             continue
         emit = _EMIT.get(type(op))
@@ -71,6 +73,7 @@ class _Context:
         self.disable_userns = plan.first(P.DisableUserns) is not None
         self.init_needed = "pid" in plan.namespaces and not plan.as_pid_1
         self.init_done = False
+        self.landlock_done = False
         self.new_session = plan.first(P.NewSession)
         # Id maps as bwrap: with a /dev (devpts is mounted as root) setup runs as root of
         # the new user namespace, else as the sandbox's ids; a nested user namespace then
@@ -347,15 +350,20 @@ def _new_session(cx, op, i):
         cx.add("SETSID", stage="new_session", plan_index=i)
 
 
-def _landlock(cx, i):
+def _landlock(cx, i, init: bool = True):
     """Right after INIT, in the command's process: a Landlock domain of its own, so that
     nothing the command starts can ptrace or read the init, which is then made dumpable
     for its owner (native/psb_landlock.h). Only with no_new_privs already set (the
     kernel's condition), of the kind landlock.kind gives for this plan and host (a
     filesystem one for a command that cannot mount, a signal-scoped one for a command
     that may: Plan.command_may_mount); none, and the init stays undumpable, where it
-    gives none."""
-    ll = landlock.kind(cx.plan.command_may_mount, cx.host.landlock_abi)
+    gives none. ``init=False``: a plan without our init (no pid namespace, or as_pid_1):
+    the filesystem domain alone (landlock.fs_kind: no init to guard, and the signals the
+    command may send stay as bwrap's), at the same point, so a descriptor the command is
+    given is not reopened for writing there either."""
+    cx.landlock_done = True
+    may_mount = cx.plan.command_may_mount
+    ll = landlock.kind(may_mount, cx.host.landlock_abi) if init else landlock.fs_kind(may_mount, cx.host.landlock_abi)
     if ll != landlock.NONE and any(o.kind == "NNP" for o in cx.ops):
         # a: where a filesystem domain grants writing (the plan's writable mounts)
         paths = None if ll == landlock.SIGNAL else landlock.path_list(landlock.writable_destinations(cx.plan.ops))
