@@ -57,6 +57,11 @@ class Plan:
     writable_paths: tuple = ()        # host paths the sandbox can write (binds, overlay uppers)
     rlimits: tuple = ()               # (resource, soft, hard) set in the command's process right
                                       # before its exec (limits.py); the setup is never under them
+    # A plan without our init (as_pid_1, no pid namespace) takes the filesystem Landlock
+    # domain alone at launch; False: none at launch, for a session's server only, which
+    # gives each of its commands a domain of its own (a launch-time one would be every
+    # command's outer domain and refuse the descriptors each is sent).
+    launch_domain: bool = True
 
     @property
     def namespaces(self) -> frozenset:

@@ -62,14 +62,14 @@ class SandboxProcess(SandboxStart, BackendPopen):
     def __init__(self, args, *, policy: Policy | None = None, backend: str = "auto",
                  env=None, pass_fds=(), on_start=None, cwd=None,
                  close_in_setup=(), pty_socket=None, pty_stdio=0b111, pty_winsize=None,
-                 on_proxy_event=None, _proxy_resolver=None, _proxy_tenants=None, denials_by_session: bool = False,
+                 on_proxy_event=None, _proxy_resolver=None, _proxy_tenants=None, _session_server: bool = False,
                  _host_mountpoints: bool = False,
                  **kwargs):
         argv = self._set_up(args, kwargs, policy=policy, backend=backend, env=env, pass_fds=pass_fds,
                             on_start=on_start, cwd=cwd, close_in_setup=close_in_setup, pty_socket=pty_socket,
                             pty_stdio=pty_stdio, pty_winsize=pty_winsize, on_proxy_event=on_proxy_event,
                             _proxy_resolver=_proxy_resolver, _proxy_tenants=_proxy_tenants,
-                            denials_by_session=denials_by_session, _host_mountpoints=_host_mountpoints)
+                            _session_server=_session_server, _host_mountpoints=_host_mountpoints)
         try:
             super().__init__(argv, pass_fds=(), **kwargs)
         except BaseException:

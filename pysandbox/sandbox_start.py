@@ -123,7 +123,7 @@ class SandboxStart:
     def _set_up(self, args, kwargs: dict, *, policy: Policy | None = None, backend: str = "auto", env=None,
                 pass_fds=(), on_start=None, cwd=None, close_in_setup=(), pty_socket=None, pty_stdio=0b111,
                 pty_winsize=None, on_proxy_event=None, _proxy_resolver=None, _proxy_tenants=None,
-                denials_by_session: bool = False, _host_mountpoints: bool = False) -> list[str]:
+                _session_server: bool = False, _host_mountpoints: bool = False) -> list[str]:
         """Check the arguments (SandboxProcess's; ``kwargs``: the Popen arguments left,
         the refused ones taken out) and prepare the launch; returns the command's argv."""
         for bad in ("preexec_fn", "user", "group", "extra_groups", "shell", "executable",
@@ -145,6 +145,8 @@ class SandboxStart:
         # _host_mountpoints: pybwrap's only (bwrap creates a missing mount point inside a
         # writable host bind on the host); no Policy field can ask for it.
         self.plan = compiled(self.policy, allow_host_mountpoints=_host_mountpoints)
+        if _session_server:   # session.py's server: no launch-time Landlock domain (Plan.launch_domain)
+            self.plan = replace(self.plan, launch_domain=False)
         if cwd is not None:
             self.plan = with_start_directory(self.plan, cwd)
         elif policy is None:
@@ -180,11 +182,11 @@ class SandboxStart:
         elif on_proxy_event is not None:
             from .egress import check_callback
             check_callback(on_proxy_event)
-        # denials_by_session: a session's server (session.py): records per command's session
+        # _session_server: a session's server (session.py): records per command's session
         self._observer = None
         if self.policy.report_denials:   # imported here: a launch without it does not pay for it
             from .denials import Observer
-            self._observer = Observer(self.policy, denials_by_session)
+            self._observer = Observer(self.policy, _session_server)
         return argv
 
     def _start_child(self, argv, stdin, stdout, stderr):

@@ -206,7 +206,7 @@ class Sandbox:
             paths = list(landlock.writable_destinations(self.plan.ops)) if ll not in (landlock.NONE, landlock.SIGNAL) else []
             server = [f"/proc/self/fd/{memfd}", str(theirs.fileno()), str(memfd)] + \
                 (["-L", str(ll)] + paths if ll else [])
-            self._server = SandboxProcess(server, denials_by_session=True,
+            self._server = SandboxProcess(server, _session_server=True,
                                           policy=launch, backend=backend, pass_fds=(memfd, theirs.fileno()),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           **session_proxy.launch_kwargs(self.egress))

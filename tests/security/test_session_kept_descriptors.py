@@ -211,3 +211,20 @@ def test_a_destination_that_is_no_writable_mounts_root_stops_the_server(backend,
     with pytest.raises(SessionError) as info:
         Sandbox(policy, backend)
     assert "not a writable mount's root" in str(info.value)
+
+
+def test_the_server_has_no_launch_domain_each_command_writes_the_stdout_it_is_sent(backend, tmp_path):
+    """A session's server is launched as_pid_1, a plan that otherwise takes the filesystem
+    domain alone at launch; the server must not (Plan.launch_domain): each command's domain
+    would nest in it (Landlock intersects), and a stdout file sent with a command has no
+    rule in the server's. A file outside the policy's writable paths, given as stdout, is
+    reopened for writing through /dev/stdout; stdin given read-only is still refused (the
+    command's own domain, live). Fails when the server takes a launch-time domain."""
+    _need_landlock_fs()
+    out, src = tmp_path / "out", tmp_path / "in"
+    src.write_text("keep\n")
+    with Sandbox(pysandbox.Policy.default(), backend) as sb, open(out, "ab") as fout, open(src, "rb") as fin:
+        done = sb.run(["sh", "-c", "echo hi >> /dev/stdout || exit 3; (echo pwned > /dev/stdin) 2>/dev/null && exit 4; "
+                       "exit 0"], stdin=fin, stdout=fout, stderr=subprocess.PIPE)
+    assert (done.returncode, out.read_text()) == (0, "hi\n"), done.stderr   # 3: stdout refused; 4: stdin reopened
+    assert src.read_text() == "keep\n"

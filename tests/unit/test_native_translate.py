@@ -6,6 +6,7 @@ mirror, when it is built)."""
 from __future__ import annotations
 
 import errno
+from dataclasses import replace
 
 import pytest
 
@@ -246,6 +247,8 @@ def test_landlock_right_after_the_init_only_with_landlock_and_an_init():
         assert "LANDLOCK" not in kinds(N.translate(plan))      # the host lacks it
     may_mount = P.compile(no_pid.replace(allow_nested_userns=True), outer_ids=(1000, 1000))
     assert "LANDLOCK" not in kinds(N.translate(may_mount, landlock_abi=7))   # a domain would forbid mount
+    # A session's server (Plan.launch_domain False): none at launch, its commands take theirs
+    assert "LANDLOCK" not in kinds(N.translate(replace(_plan(as_pid_1=True), launch_domain=False), landlock_abi=7))
 
 
 @pytest.mark.parametrize("kw", [{"allow_nested_userns": True}, {"caps_keep": ("sys_admin",)}])

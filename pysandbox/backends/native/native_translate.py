@@ -45,7 +45,7 @@ def translate(plan: P.Plan, host: HostView | None = None, only: tuple = (), **fa
             cx.add("INIT", stage="init", plan_index=i)
             cx.init_done = True
             _landlock(cx, i)
-        elif not cx.init_needed and not cx.landlock_done and isinstance(op, (P.Seccomp, P.NewSession, P.Chdir)):
+        elif not cx.init_needed and cx.plan.launch_domain and not cx.landlock_done and isinstance(op, (P.Seccomp, P.NewSession, P.Chdir)):
             _landlock(cx, i, init=False)
         if only and not isinstance(op, only):
             continue
@@ -360,7 +360,8 @@ def _landlock(cx, i, init: bool = True):
     gives none. ``init=False``: a plan without our init (no pid namespace, or as_pid_1):
     the filesystem domain alone (landlock.fs_kind: no init to guard, and the signals the
     command may send stay as bwrap's), at the same point, so a descriptor the command is
-    given is not reopened for writing there either."""
+    given is not reopened for writing there either; none for a session's server
+    (Plan.launch_domain False), which gives each command its own."""
     cx.landlock_done = True
     may_mount = cx.plan.command_may_mount
     ll = landlock.kind(may_mount, cx.host.landlock_abi) if init else landlock.fs_kind(may_mount, cx.host.landlock_abi)
