@@ -6,17 +6,17 @@
 it: a tenth of the interpreter's own start-up. :class:`DirectProcess` is
 :class:`~pysandbox.process.SandboxProcess`'s launch (the same
 :class:`~pysandbox.sandbox_start.SandboxStart`: policy, plan, backend, environment,
-limits, proxy, denial observer) with the few Popen methods ``pysandbox run`` and pybwrap
-use, written as Popen does them: ``wait(timeout)``, ``poll``, ``send_signal`` (SIGKILL
-ends the whole sandbox), ``kill``, ``terminate``, ``forward_signal``, ``returncode``,
-``pid``. No pipes, no ``communicate``: the command gets the caller's descriptors 0, 1 and
+limits, proxy, denial observer, and its ``send_signal``: SIGKILL ends the whole sandbox;
+``kill``, ``terminate``, ``forward_signal``) with the few other Popen methods ``pysandbox
+run`` and pybwrap use, written as Popen does them: ``wait(timeout)``, ``poll``,
+``returncode``, ``pid``. No pipes, no ``communicate``: the command gets the caller's descriptors 0, 1 and
 2, or /dev/null for one given :data:`DEVNULL`. ``wait`` with a timeout sleeps on the
 child's pidfd (Popen polls with sleeps); when the timeout passes it raises
 ``subprocess.TimeoutExpired``, importing subprocess only then, so
 :func:`pysandbox.lifecycle.stop` treats both kinds alike.
 
 The library API (``pysandbox.run``, ``Popen``, sessions) stays on SandboxProcess.
-tests/unit/test_direct_process.py runs both side by side (exit codes, signals,
+tests/integration/test_direct_process.py runs both side by side (exit codes, signals,
 timeouts, stdio) and checks that a ``pysandbox run`` and a pybwrap launch import no
 subprocess.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import _thread
 import time
 
@@ -113,28 +112,6 @@ class DirectProcess(SandboxStart):
             self._child.close()
         finally:
             self._finish()
-
-    def send_signal(self, sig) -> None:
-        """As SandboxProcess: SIGKILL ends the whole sandbox; any other signal goes to
-        the command, through the backend."""
-        if sig == signal.SIGKILL:
-            if self.returncode is None:
-                self._child.kill_sandbox()
-            self.poll()
-            if self.returncode is None:
-                try:
-                    os.kill(self.pid, sig)
-                except ProcessLookupError:
-                    pass
-            return
-        self.poll()
-        self.forward_signal(sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
 
 
 def _reaped(pid: int, timeout: float | None) -> int | None:

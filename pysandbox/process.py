@@ -9,7 +9,6 @@ sandbox's outermost process: killing it ends every process of the sandbox.
 
 from __future__ import annotations
 
-import signal
 import subprocess
 
 from ._popen import BackendPopen
@@ -85,20 +84,6 @@ class SandboxProcess(SandboxStart, BackendPopen):
             super()._handle_exitstatus(sts, *args, **kwargs)
         finally:
             self._finish()
-
-    def send_signal(self, sig):
-        """Deliver ``sig`` to the sandboxed command (as subprocess does to its child).
-
-        SIGKILL ends the sandbox: the backend's pid 1 first (one the command cannot
-        outlive by clearing its own PR_SET_PDEATHSIG), then the outermost process, so
-        every process in it dies; other signals reach the command itself, through the
-        backend (bwrap's pid 1 does not forward them)."""
-        if sig == signal.SIGKILL:
-            if self._child is not None and self.returncode is None:
-                self._child.kill_sandbox()
-            return super().send_signal(sig)
-        self.poll()
-        self.forward_signal(sig)
 
 
 def Popen(args, *, policy: Policy | None = None, backend: str = "auto", **kwargs) -> SandboxProcess:

@@ -112,13 +112,43 @@ class SandboxStart:
     """The launch shared by SandboxProcess and DirectProcess: :meth:`_set_up` (from the
     constructor, before anything starts), :meth:`_start_child` (the spawn: stdio are the
     child's descriptors), :meth:`_started` (right after it), :meth:`_finish` (after the
-    reap). The subclass holds ``_child`` and ``returncode``."""
+    reap); and how a signal reaches the sandbox (:meth:`send_signal`, ``kill``,
+    ``terminate``). The subclass holds ``_child``, ``returncode``, ``pid`` and ``poll``."""
 
     _child: Any = None   # the backend's child (NativeChild, BwrapChild, LimitedChild) once started
     returncode: int | None = None
 
-    if TYPE_CHECKING:   # each subclass's own (SIGKILL: the whole sandbox)
-        def send_signal(self, sig) -> None: ...
+    if TYPE_CHECKING:   # each subclass's own: the outermost process's pid, and poll() reaping it
+        pid: int
+
+        def poll(self) -> int | None: ...
+
+    def send_signal(self, sig) -> None:
+        """Deliver ``sig`` to the sandboxed command (as subprocess does to its child).
+
+        SIGKILL ends the sandbox: the backend's pid 1 first (one the command cannot
+        outlive by clearing its own PR_SET_PDEATHSIG), then the outermost process, so
+        every process in it dies (that kill as Popen's: after a poll, so a pid already
+        reaped, perhaps another process's now, is never signalled); other signals reach
+        the command itself, through the backend (bwrap's pid 1 does not forward them)."""
+        if sig == signal.SIGKILL:
+            if self._child is not None and self.returncode is None:
+                self._child.kill_sandbox()
+            self.poll()
+            if self.returncode is None:
+                try:
+                    os.kill(self.pid, sig)
+                except ProcessLookupError:
+                    pass
+            return
+        self.poll()
+        self.forward_signal(sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
     def _set_up(self, args, kwargs: dict, *, policy: Policy | None = None, backend: str = "auto", env=None,
                 pass_fds=(), on_start=None, cwd=None, close_in_setup=(), pty_socket=None, pty_stdio=0b111,
