@@ -21,9 +21,10 @@ CPython release changes it:
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
+
+from .lifecycle import reaped
 
 # The leading parameters of Popen._execute_child this adapter is written against.
 EXECUTE_CHILD_PARAMS = ("self", "args", "executable", "preexec_fn", "close_fds", "pass_fds", "cwd",
@@ -89,11 +90,8 @@ class BackendPopen(subprocess.Popen):
             return self.returncode
         with self._waitpid_lock:
             if self.returncode is None:
-                try:
-                    pid, sts = os.waitpid(self.pid, os.WNOHANG)
-                except ChildProcessError:
-                    pid, sts = self.pid, 0
-                if pid == self.pid:
+                sts = reaped(self.pid, 0)   # ECHILD: 0
+                if sts is not None:
                     self._handle_exitstatus(sts)
         return self.returncode
 

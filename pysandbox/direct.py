@@ -24,10 +24,9 @@ subprocess.
 from __future__ import annotations
 
 import os
-import select
 import _thread
-import time
 
+from .lifecycle import reaped
 from .sandbox_start import SandboxStart
 
 DEVNULL = -3   # subprocess.DEVNULL's value (the unit test keeps them equal)
@@ -87,7 +86,7 @@ class DirectProcess(SandboxStart):
             return self.returncode
         with self._waitpid_lock:
             if self.returncode is None:
-                status = _reaped(self.pid, timeout)
+                status = reaped(self.pid, timeout)
                 if status is None:
                     return None
                 self._handle_exitstatus(status)
@@ -99,7 +98,7 @@ class DirectProcess(SandboxStart):
         if self.returncode is None and self._waitpid_lock.acquire(False):
             try:
                 if self.returncode is None:
-                    status = _reaped(self.pid, 0)
+                    status = reaped(self.pid, 0)
                     if status is not None:
                         self._handle_exitstatus(status)
             finally:
@@ -112,39 +111,3 @@ class DirectProcess(SandboxStart):
             self._child.close()
         finally:
             self._finish()
-
-
-def _reaped(pid: int, timeout: float | None) -> int | None:
-    """``pid``'s wait status once it exited (reaped here), or None when ``timeout``
-    seconds passed first (0: a poll). ECHILD (something else reaped it) reads as status
-    0, as Popen's. Sleeps on the pidfd, or in Popen's growing steps where there is none."""
-    try:
-        if timeout is None:
-            return os.waitpid(pid, 0)[1]   # a signal handler's run does not end it (PEP 475)
-        got, status = os.waitpid(pid, os.WNOHANG)
-        if got == pid or timeout <= 0:
-            return status if got == pid else None
-        deadline = time.monotonic() + timeout
-        try:
-            fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            fd = None
-        try:
-            delay = 0.0005
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                if fd is not None:
-                    select.select([fd], [], [], left)
-                else:
-                    time.sleep(min(delay, left))
-                    delay = min(delay * 2, 0.05)
-                got, status = os.waitpid(pid, os.WNOHANG)
-                if got == pid:
-                    return status
-        finally:
-            if fd is not None:
-                os.close(fd)
-    except ChildProcessError:
-        return 0

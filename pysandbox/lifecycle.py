@@ -1,10 +1,13 @@
-"""How a running sandbox is ended and how its end is reported, for every caller
-(``run``, both command lines, and what is built on them).
+"""How a running sandbox is ended, waited for and how its end is reported, for every
+caller (``run``, both command lines, and what is built on them).
 
 - :func:`stop`: SIGTERM to the command, then, if it has not ended ``grace`` seconds
   later, SIGKILL to the whole sandbox (every descendant dies with its pid namespace).
 - :func:`exit_status`: a returncode as a shell reports it (128+N for signal N).
-- :func:`exited`: until a child process has exited (its pidfd), bounded.
+- :func:`reaped`: a child's wait status once it exited, reaped (bounded or not; 0 when
+  something else reaped it, as Popen reads ECHILD); :func:`exited`: until a child has
+  exited, left for its owner to reap, bounded. Both wait through :func:`_until`: asleep
+  on the child's pidfd, or in Popen's growing steps where there is none.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import time
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
 
@@ -45,17 +49,62 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def exited(pid: int, timeout: float) -> None:
-    """Until process ``pid`` (a child of ours, not reaped) has exited or ``timeout`` has
-    passed: woken by its pidfd at once, where subprocess's ``wait(timeout)`` would poll
-    with sleeps of up to 50 ms (``Sandbox.close``, pysandbox/session.py: a pool's threads
-    close a sandbox after each command). Without pidfds, returns at once (the caller's
-    wait decides)."""
+def reaped(pid: int, timeout: float | None) -> int | None:
+    """``pid``'s wait status once it exited (reaped here), or None when ``timeout``
+    seconds passed first (0: a poll; None: however long it takes). ECHILD (something
+    else reaped it) reads as status 0, as Popen's (``DirectProcess``,
+    ``BackendPopen.reap_exited``)."""
+    try:
+        if timeout is None:
+            return os.waitpid(pid, 0)[1]   # a signal handler's run does not end it (PEP 475)
+
+        def status():
+            got, sts = os.waitpid(pid, os.WNOHANG)
+            return sts if got == pid else None
+        return _until(pid, timeout, status)
+    except ChildProcessError:
+        return 0
+
+
+def exited(pid: int, timeout: float) -> bool:
+    """Until process ``pid`` (a child of ours) has exited or ``timeout`` has passed; True
+    once it has. It is not reaped: its owner's wait does that (``Sandbox.close``,
+    pysandbox/session.py, whose server is a SandboxProcess; where subprocess's
+    ``wait(timeout)`` would poll with sleeps of up to 50 ms, a pool's threads close a
+    sandbox after each command). ECHILD (already reaped) reads as exited."""
+    try:
+        return _until(pid, timeout,
+                      lambda: os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)) is not None
+    except ChildProcessError:
+        return True
+
+
+def _until(pid: int, timeout: float, ended):
+    """``ended()`` (not None once ``pid`` has exited) until it answers or ``timeout``
+    seconds have passed (then None; 0: one look). Sleeps on the pidfd, or in Popen's
+    growing steps (0.5 to 50 ms) where there is none."""
+    got = ended()
+    if got is not None or timeout <= 0:
+        return got
+    deadline = time.monotonic() + timeout
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
-        return
+        fd = None
     try:
-        select.select([fd], [], [], timeout)
+        delay = 0.0005
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if fd is not None:
+                select.select([fd], [], [], left)
+            else:
+                time.sleep(min(delay, left))
+                delay = min(delay * 2, 0.05)
+            got = ended()
+            if got is not None:
+                return got
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
