@@ -86,7 +86,10 @@ class EnvCache:
     """One launcher's environments: ``Env.apply`` on the caller's ``os.environ`` is
     reused while os.environ and the ``Env`` are unchanged (os.environ compared by its
     underlying bytes mapping: one C-level dict comparison a launch, instead of decoding
-    and testing every variable again). A session keeps one; one-shot launches share one."""
+    and testing every variable again). A session keeps one; one-shot launches share one.
+    :meth:`keyed` also names the result: a session's encoded environment is reused while
+    the name is the same (pysandbox/session_proto.py ``EnvEncoder``), with no second
+    comparison."""
 
     def __init__(self):
         self._entry = None   # (Env, os.environ's bytes mapping copied, the result)
@@ -94,16 +97,23 @@ class EnvCache:
     def apply(self, ops: Env, env=None) -> dict[str, str]:
         """A new dict: ``ops`` applied to ``env`` (None: os.environ; a mapping of str or
         bytes, decoded as os does)."""
+        return self.keyed(ops, env)[0]
+
+    def keyed(self, ops: Env, env=None) -> tuple[dict[str, str], object | None]:
+        """:meth:`apply`'s dict and its key: an object that is the same (``is``) exactly
+        while the result is the one reused (os.environ and ``ops`` unchanged); None when
+        nothing is reused (``env`` given, or an os.environ without its bytes mapping)."""
         if env is not None:
-            return ops.apply({os.fsdecode(k): os.fsdecode(v) for k, v in env.items()})
+            return ops.apply({os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}), None
         data = getattr(os.environ, "_data", None)
         entry = self._entry
         if data is not None and entry is not None and entry[0] == ops and entry[1] == data:
-            return dict(entry[2])
+            return dict(entry[2]), entry
         applied = ops.apply(os.environ)
-        if data is not None:
-            self._entry = (ops, dict(data), dict(applied))
-        return applied
+        if data is None:
+            return applied, None
+        self._entry = entry = (ops, dict(data), dict(applied))
+        return applied, entry
 
 
 def _check_env_name(name):

@@ -86,11 +86,13 @@ class SessionProcess(RemotePopen):
         self.session = session
         self._limits = session.budget.command(limits)   # the session's, narrowed (session_limits.py)
         self._cwd = session.sandbox_path(cwd)
-        self._env = session.command_env(env)
+        self._env, env_key = session.command_env_keyed(env)
         self._env["PWD"] = self._cwd
         self._fds = tuple(sorted(set(session.policy.pass_fds) | {check_fd(fd, "pass_fds entry") for fd in pass_fds}))
         # network proxy mode: this command's credential and record (pysandbox/session_proxy.py)
         self.proxy = session_proxy.command_proxy(session, self._env, kwargs)
+        # the encoded environment is reused by this key: only while env is the key's plus PWD
+        self._env_key = env_key if self.proxy is None else None
         # deferred (asyncio): the constructor returns once the command was sent; the
         # caller awaits its STARTED (``session.started``) before using ``pid``.
         self._deferred = _deferred
@@ -107,7 +109,7 @@ class SessionProcess(RemotePopen):
     def _start_child(self, argv, stdin, stdout, stderr):
         child = self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
                                     [0, 1, 2, *self._fds], wait=not (self._deferred or self._quiet),
-                                    quiet=self._quiet, limits=self._limits)
+                                    quiet=self._quiet, limits=self._limits, env_key=self._env_key)
         session_proxy.attach(self.proxy, child)
         return child
 
@@ -187,7 +189,7 @@ class Sandbox:
                                Reason.SESSION_UNAVAILABLE)
         self.id = "psb-" + uuid.uuid4().hex[:12]
         self._env_cache = EnvCache()
-        self._env_encoder = W.EnvEncoder()   # the last environment's encoded strings
+        self._env_encoder = W.EnvEncoder()   # the last environment's encoded strings, by _env_cache's key
         self._chdir = self.plan.chdir
         try:
             memfd = program_fd("psb-session", "psb_session_blob")
@@ -230,6 +232,11 @@ class Sandbox:
         (pysandbox/environment.py ``EnvCache``)."""
         return self._env_cache.apply(self.policy.env, env)
 
+    def command_env_keyed(self, env) -> tuple[dict, object | None]:
+        """:meth:`command_env` and its key for the session's encoded environment
+        (``EnvCache.keyed``; None: not reused)."""
+        return self._env_cache.keyed(self.policy.env, env)
+
     @property
     def observer(self):
         """The denial observer of the whole session (``report_denials``), or None."""
@@ -250,7 +257,7 @@ class Sandbox:
         return sandbox_cwd(cwd, self._chdir)
 
     def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, quiet: bool = False,
-               limits=None) -> RemoteChild:
+               limits=None, env_key=None) -> RemoteChild:
         ch = self.channel
         if self._closed:
             raise SessionError("the session is closed", Reason.SESSION_CLOSED)
@@ -259,7 +266,7 @@ class Sandbox:
         try:
             frame_args = (cwd, exec_candidates(argv[0], env.get("PATH"), cwd), argv, env, targets)
             cid = next(ch.ids)
-            frame = W.spawn_frame(cid, *frame_args, quiet=quiet, encoder=self._env_encoder)
+            frame = W.spawn_frame(cid, *frame_args, quiet=quiet, encoder=self._env_encoder, env_key=env_key)
         except ValueError as exc:
             raise PolicyError(str(exc), Reason.INVALID_VALUE, argv) from None
         cmd = Command()

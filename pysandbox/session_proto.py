@@ -65,27 +65,36 @@ def _strings(strings) -> bytes:
 
 
 class EnvEncoder:
-    """The encoded strings of the environment last seen: a session's commands mostly run
-    with one environment, so each SPAWN pays one dict comparison instead of formatting
-    and encoding every variable (pysandbox/session.py keeps one per session)."""
+    """The encoded strings of the environment last sent with a key: a session's commands
+    mostly run with one environment, so each SPAWN pays no formatting nor encoding of every
+    variable, and no comparison of its own: the key is the launcher's
+    (pysandbox/environment.py ``EnvCache.keyed``), the same object exactly while the
+    environment but its ``PWD`` is (pysandbox/session.py keeps one encoder per session)."""
 
     def __init__(self):
-        self.last: tuple[dict, bytes] | None = None
+        self.last: tuple[object, str | None, bytes] | None = None   # (key, PWD, encoded)
 
-    def encode(self, env: dict[str, str]) -> bytes:
+    def encode(self, env: dict[str, str], key: object | None = None) -> bytes:
+        """``env``'s strings; from the last encoding when ``key`` is that one's (``is``)
+        and PWD is the same. ``key`` None: encoded, not kept."""
         last = self.last
-        if last is not None and last[0] == env:
-            return last[1]
+        pwd = env.get("PWD")
+        if key is not None and last is not None and last[0] is key and last[1] == pwd:
+            return last[2]
         blob = _strings(list(map("=".join, env.items())))
-        self.last = (dict(env), blob)
+        if key is not None:
+            self.last = (key, pwd, blob)
         return blob
 
 
 def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env: dict[str, str],
-                targets: list[int], quiet: bool = False, encoder: EnvEncoder | None = None) -> bytes:
+                targets: list[int], quiet: bool = False, encoder: EnvEncoder | None = None,
+                env_key: object | None = None) -> bytes:
     """The SPAWN frame for command ``cid``; its descriptors (one per ``targets`` entry,
     in order) go as SCM_RIGHTS with it. ``quiet``: SPAWN_QUIET, no STARTED will come.
-    ``encoder``: the session's cache of the encoded environment.
+    ``encoder``: the session's cache of the encoded environment; ``env_key``: ``env``'s key
+    there (:meth:`EnvEncoder.encode`), None when ``env`` is not one ``EnvCache.keyed``
+    named (given by the caller, or edited beyond its PWD).
 
     Raises:
         ValueError: a NUL in a string, too many descriptors, a target out of range, or
@@ -93,7 +102,7 @@ def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env:
     """
     if len(targets) > MAX_FDS or any(not 0 <= t <= MAX_TARGET_FD for t in targets) or len(set(targets)) != len(targets):
         raise ValueError(f"descriptor targets must be distinct, 0..{MAX_TARGET_FD}, at most {MAX_FDS}")
-    env_blob = (encoder or EnvEncoder()).encode(env)
+    env_blob = (encoder or EnvEncoder()).encode(env, env_key)
     payload = struct.pack(f"<{len(targets)}I", *targets) + _strings([cwd, *candidates, *argv]) + env_blob
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"the command and its environment exceed {MAX_PAYLOAD} bytes")

@@ -52,6 +52,28 @@ def test_input_check_text_and_signals(sb):
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
 
+def test_each_command_gets_the_environment_of_its_own_launch(sb, monkeypatch):
+    """The session's encoded environment is reused by the launcher's key (EnvCache.keyed,
+    pysandbox/session_proto.py EnvEncoder): a changed os.environ, an env= (also the same
+    dict changed in place) and another cwd's PWD each reach the next command."""
+    show = ["sh", "-c", 'echo "$PSB_SEEN $PWD"']
+
+    def seen(**kw):
+        return sb.run(show, capture_output=True, text=True, **kw).stdout.split()
+
+    monkeypatch.setenv("PSB_SEEN", "one")
+    assert seen() == ["one", str(sb.workdir)]
+    assert seen() == ["one", str(sb.workdir)]   # from the session's cache
+    assert seen(cwd="/tmp") == ["one", "/tmp"]
+    monkeypatch.setenv("PSB_SEEN", "two")
+    assert seen() == ["two", str(sb.workdir)]
+    given = {"PSB_SEEN": "three", "PATH": "/usr/bin:/bin"}
+    assert seen(env=given) == ["three", str(sb.workdir)]
+    given["PSB_SEEN"] = "four"
+    assert seen(env=given) == ["four", str(sb.workdir)]
+    assert seen() == ["two", str(sb.workdir)]
+
+
 def test_cwd_env_and_policy_env(sb):
     done = sb.run(["sh", "-c", 'pwd; echo "$PWD $X"'], cwd="/tmp", env={"X": "1", "PATH": "/usr/bin:/bin"},
                   capture_output=True, text=True)
