@@ -43,7 +43,8 @@ class SandboxProcess(SandboxStart, BackendPopen):
     sandbox's first process as soon as it exists: with ``policy.userns_block_fd``
     that is the process whose ``uid_map``/``gid_map`` the caller writes.
     ``close_in_setup``: descriptors the sandbox's setup process closes before its
-    first step (native; a pipe whose reader must see EOF while the setup waits).
+    first step (native; a pipe whose reader must see EOF while the setup waits); one
+    also in ``pass_fds`` (or the policy's) is refused (``conflicting_options``).
     ``pty_socket``: the sandbox gets a terminal of its own (:mod:`pysandbox.terminal`
     drives it): right before the exec, the setup opens a pty in the sandbox's devpts
     and sends its master over this unix socket; the slave is the command's controlling

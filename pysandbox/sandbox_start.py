@@ -194,6 +194,10 @@ class SandboxStart:
             raise PolicyError("on_start must be callable", Reason.INVALID_VALUE, on_start)
         self._on_start = on_start
         self._close_in_setup = tuple(check_fd(fd, "close_in_setup entry") for fd in close_in_setup)
+        both = sorted(set(self._close_in_setup) & set(self._sandbox_pass_fds))
+        if both:   # the setup would close its copy and the command still get the caller's
+            raise PolicyError(f"close_in_setup descriptor {both[0]} is also in pass_fds: the command would still get "
+                              "it; name it in one of them", Reason.CONFLICTING_OPTIONS, both[0])
         if pty_socket is not None:
             _plan.check_terminal(self.plan)
             pty_socket = check_fd(pty_socket, "pty_socket")

@@ -2,7 +2,7 @@
 against SandboxProcess, side by side on every backend: each case runs on both, and
 SandboxProcess's outcome is the live control of DirectProcess's (exit codes, a signal's
 death, SIGTERM forwarded to the command, wait's timeout and lifecycle.stop, /dev/null
-stdio, the wall-time limit's kill)."""
+stdio, the wall-time limit's kill, close_in_setup with pass_fds refused)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from pysandbox import Limits, Policy
+from pysandbox import Limits, Policy, PolicyError, Reason
 from pysandbox.direct import DEVNULL, DirectProcess
 from pysandbox.lifecycle import stop
 from pysandbox.process import SandboxProcess
@@ -94,6 +94,38 @@ def test_caller_stdio_is_inherited(backend, kind, tmp_path):
 def test_wall_time_limit_kills(backend, kind, tmp_path):
     proc = kind(["sleep", "60"], policy=_policy(tmp_path, limits=Limits(wall_time=0.2)), backend=backend)
     assert proc.wait() == -9 and proc.limit == "wall_time"
+
+
+@pytest.mark.parametrize("where", ["call", "policy"])
+def test_close_in_setup_naming_a_passed_descriptor_is_refused_before_anything_starts(backend, kind, tmp_path, where):
+    """A descriptor both closed by the setup and passed: the command used to get the
+    caller's copy anyway (close_in_setup silently ineffective); now conflicting_options,
+    naming it, before a process exists. Live controls: the same descriptor in pass_fds
+    alone reaches the command; close_in_setup alone launches."""
+    r, w = os.pipe()
+    other_r, other_w = os.pipe()
+    try:
+        ran = tmp_path / "ran"
+        cmd = ["/usr/bin/python3", "-c", f"import os; open({str(ran)!r}, 'w'); os.write({w}, b'passed\\n')"]
+        passed = {"pass_fds": (w,)} if where == "call" else {}
+        policy = _policy(tmp_path, pass_fds=(w,)) if where == "policy" else _policy(tmp_path)
+        started = []
+        with pytest.raises(PolicyError) as info:
+            kind(cmd, policy=policy, backend=backend, close_in_setup=(other_w, w), on_start=started.append, **passed)
+        assert info.value.reason is Reason.CONFLICTING_OPTIONS and info.value.value == w
+        assert f"descriptor {w} " in str(info.value)
+        assert started == [] and not ran.exists()
+        proc = kind(cmd, policy=policy, backend=backend, **passed)   # control: passed, it reaches the command
+        assert proc.wait() == 0 and ran.exists()
+        os.close(w)
+        w = -1
+        assert os.read(r, 64) == b"passed\n"
+        alone = kind(["true"], policy=_policy(tmp_path), backend=backend, close_in_setup=(other_w,))
+        assert alone.wait() == 0   # control: close_in_setup alone is accepted
+    finally:
+        for fd in (r, w, other_r, other_w):
+            if fd >= 0:
+                os.close(fd)
 
 
 def test_only_none_or_devnull_stdio():
