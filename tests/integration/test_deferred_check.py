@@ -125,6 +125,36 @@ def test_on_start_keeps_the_check_before_the_launch(fake_native, tmp_path):
     assert (fake.spawns, fake.probes) == (0, 1) and len(pids) == 1 and marker.read_text() == "x\n"
 
 
+@pytest.mark.parametrize("kind", ["session", "pool"])
+def test_sessions_and_pools_take_the_same_decision(fake_native, tmp_path, caplog, kind):
+    """Sessions and pools keep no backend check of their own: a session's server is a
+    one-shot launch (pysandbox/session.py starts it as a SandboxProcess), so the deferred
+    check decides as above: auto falls back to bwrap with the same warning and the
+    command runs once; the explicit native choice raises the check's reason."""
+    _bwrap_or_skip()
+    fake = fake_native()
+    marker, argv, policy = _appender(tmp_path)
+    with caplog.at_level("WARNING", logger="pysandbox"):
+        if kind == "session":
+            with pysandbox.Sandbox(policy) as sb:
+                assert sb.backend_name == "bwrap" and sb.run(argv).returncode == 0
+        else:
+            with pysandbox.Pool(policy, size=1) as pool:
+                proc = pool.Popen(argv)
+                assert proc.wait(timeout=60) == 0 and proc.backend_name == "bwrap"
+    assert fake.spawns >= 1 and fake.probes >= 1   # the native launch was tried, then checked
+    assert marker.read_text() == "x\n"
+    assert "native backend unavailable (user_namespace_unavailable); using bwrap" in caplog.text
+    spawns = fake.spawns
+    with pytest.raises(UserNamespaceUnavailable, match="probe says no"):
+        if kind == "session":
+            pysandbox.Sandbox(policy, backend="native")
+        else:
+            with pysandbox.Pool(policy, size=1, backend="native") as pool:
+                pool.run(argv)
+    assert fake.spawns > spawns and marker.read_text() == "x\n"
+
+
 def test_real_native_failures_carry_before_command_only_before_the_exec(tmp_path):
     """The real backend: a setup step's failure record is marked, a missing command
     (STAGE_EXEC: the exec itself failed) is not a capability error and is not marked."""
