@@ -9,11 +9,11 @@ it: a tenth of the interpreter's own start-up. :class:`DirectProcess` is
 limits, proxy, denial observer, and its ``send_signal``: SIGKILL ends the whole sandbox;
 ``kill``, ``terminate``, ``forward_signal``) with the few other Popen methods ``pysandbox
 run`` and pybwrap use, written as Popen does them: ``wait(timeout)``, ``poll``,
-``returncode``, ``pid``. No pipes, no ``communicate``: the command gets the caller's descriptors 0, 1 and
-2, or /dev/null for one given :data:`DEVNULL`. ``wait`` with a timeout sleeps on the
-child's pidfd (Popen polls with sleeps); when the timeout passes it raises
-``subprocess.TimeoutExpired``, importing subprocess only then, so
-:func:`pysandbox.lifecycle.stop` treats both kinds alike.
+``returncode``, ``pid``. No pipes, no ``communicate``: the command gets the caller's
+descriptors 0, 1 and 2, or /dev/null for one given :data:`DEVNULL`. ``wait`` with a
+timeout sleeps on the child's pidfd (:func:`pysandbox.lifecycle.reaped`; Popen polls with
+sleeps); when the timeout passes it raises ``subprocess.TimeoutExpired``, importing
+subprocess only then, so :func:`pysandbox.lifecycle.stop` treats both kinds alike.
 
 The library API (``pysandbox.run``, ``Popen``, sessions) stays on SandboxProcess.
 tests/integration/test_direct_process.py runs both side by side (exit codes, signals,
