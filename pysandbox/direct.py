@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import select
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 import _thread
 import time
 

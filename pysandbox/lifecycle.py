@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import select
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
-import weakref
+from _weakrefset import WeakSet   # weakref's own WeakSet; weakref.py itself costs a launch ~0.5 ms (issue 28)
 import _thread
 
 from ... import plan as P
@@ -109,7 +109,7 @@ class NativeChild:
             self.monitor.end()
 
 
-_holding: "weakref.WeakSet[NativeChild]" = weakref.WeakSet()   # children holding a reference
+_holding: "WeakSet[NativeChild]" = WeakSet()   # children holding a reference
 
 
 def _drop_references_in_fork() -> None:
