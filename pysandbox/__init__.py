@@ -12,7 +12,7 @@ import Policy`` imports the policy modules, not the backends (docs/ARCHITECTURE.
 """
 
 import sys as _sys
-from types import ModuleType as _ModuleType
+_ModuleType = type(_sys)   # types.ModuleType, as types.py itself defines it (a launch need not import types)
 
 __version__ = "0.1.0"
 

@@ -11,7 +11,9 @@ parser without its default here fails there.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import sys
+
+SimpleNamespace = type(sys.implementation)   # types.SimpleNamespace, as types.py itself defines it (issue 28)
 
 
 def run_args(argv: list[str]) -> SimpleNamespace | None:
