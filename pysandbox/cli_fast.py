@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import sys
 
-SimpleNamespace = type(sys.implementation)   # types.SimpleNamespace, as types.py itself defines it (issue 28)
+from .records import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import SimpleNamespace
+else:
+    SimpleNamespace = type(sys.implementation)   # types.SimpleNamespace, as types.py itself defines it (issue 28)
 
 
 def run_args(argv: list[str]) -> SimpleNamespace | None:

@@ -62,8 +62,7 @@ class NativeChild:
         self.monitor = monitor
         self._mntns_fd = mntns_fd
         if mntns_fd >= 0:
-            key = id(self)
-            _holding[key] = _weakref.ref(self, lambda _, key=key: _holding.pop(key, None))
+            _hold(self)
 
     def _drop_in_fork(self) -> None:
         """In a fork of the launcher (no exec): its copy of the reference is closed here,
@@ -113,7 +112,15 @@ class NativeChild:
 # The children holding a reference, weakly (a weakref.WeakSet without importing weakref,
 # _weakrefset and types: ~0.4 ms of a launch, issue 28): id -> weak reference, removed
 # when the child is collected.
-_holding: dict = {}
+_holding: dict[int, _weakref.ReferenceType[NativeChild]] = {}
+
+
+def _hold(child: NativeChild) -> None:
+    key = id(child)
+
+    def forget(_ref: object) -> None:
+        _holding.pop(key, None)
+    _holding[key] = _weakref.ref(child, forget)
 
 
 def _drop_references_in_fork() -> None:
