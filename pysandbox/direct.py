@@ -24,7 +24,6 @@ subprocess.
 from __future__ import annotations
 
 import os
-import select
 import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 import _thread
 import time
@@ -147,6 +146,7 @@ def _reaped(pid: int, timeout: float | None) -> int | None:
         got, status = os.waitpid(pid, os.WNOHANG)
         if got == pid or timeout <= 0:
             return status if got == pid else None
+        import select   # here: a wait without a timeout (the common one) needs none (issue 28)
         deadline = time.monotonic() + timeout
         try:
             fd = os.pidfd_open(pid)

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-import select
 import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
@@ -51,6 +50,7 @@ def exited(pid: int, timeout: float) -> None:
     with sleeps of up to 50 ms (``Sandbox.close``, pysandbox/session.py: a pool's threads
     close a sandbox after each command). Without pidfds, returns at once (the caller's
     wait decides)."""
+    import select   # here: a launch that is not stopped needs none (issue 28)
     try:
         fd = os.pidfd_open(pid)
     except (AttributeError, OSError):
