@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 import sys
 
 from pysandbox import ops as O

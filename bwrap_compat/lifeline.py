@@ -21,7 +21,7 @@ The window left is the interpreter's start, before the pid is recorded.
 from __future__ import annotations
 
 import os
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 
 PR_SET_PDEATHSIG = 1
 

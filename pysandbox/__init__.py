@@ -12,7 +12,12 @@ import Policy`` imports the policy modules, not the backends (docs/ARCHITECTURE.
 """
 
 import sys as _sys
-from types import ModuleType as _ModuleType
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import ModuleType as _ModuleType
+else:
+    _ModuleType = type(_sys)   # types.ModuleType, as types.py itself defines it (a launch need not import types)
+del TYPE_CHECKING
 
 __version__ = "0.1.0"
 

@@ -9,7 +9,7 @@ on stderr names the reason code); 126 command not executable; 127 command not fo
 from __future__ import annotations
 
 import os
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 import sys
 
 from . import cli_fast, cli_home, cli_limits, cli_protect, cli_proxy, cli_seccomp, cli_workspace

@@ -11,7 +11,14 @@ parser without its default here fails there.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import sys
+
+from .records import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import SimpleNamespace
+else:
+    SimpleNamespace = type(sys.implementation)   # types.SimpleNamespace, as types.py itself defines it (issue 28)
 
 
 def run_args(argv: list[str]) -> SimpleNamespace | None:

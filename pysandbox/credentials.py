@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from _collections_abc import Iterable, Mapping   # collections.abc: the same classes, after importing collections (issue 28)
 
 from .errors import PolicyError, Reason
 from .fs import Bind, Hide, Tmpfs

@@ -10,7 +10,7 @@ counters and removes them.
 
 from __future__ import annotations
 
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 
 from .errors import LimitUnavailable
 from .limits import Limits

@@ -23,7 +23,7 @@ path is a path, and the file is the credential stores' business).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from _collections_abc import Iterable, Mapping   # collections.abc: the same classes, after importing collections (issue 28)
 
 SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL")
 SECRET_NAME = "|".join(SECRET_WORDS)   # searched case-insensitively (re.I)

@@ -4,7 +4,7 @@ environment at launch (importable from :mod:`pysandbox.policy` and :mod:`pysandb
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from _collections_abc import Mapping   # collections.abc: the same classes, after importing collections (issue 28)
 
 from .checks import as_tuple, set_field, validated
 from .errors import PolicyError, Reason

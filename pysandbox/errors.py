@@ -15,10 +15,15 @@ Tests assert on ``.reason``, never on the message text.
 
 from __future__ import annotations
 
-import enum
+from .records import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from enum import Enum as Codes   # what the type checker sees; codes.py behaves as it
+else:
+    from .codes import Codes   # enum's behaviour without importing enum (issue 28)
 
 
-class Reason(str, enum.Enum):
+class Reason(str, Codes):
     """Stable snake_case reason codes. Never reuse one for another meaning."""
 
     # host capabilities

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from _collections_abc import Iterable   # collections.abc: the same classes, after importing collections (issue 28)
 
 from .errors import PolicyError, Reason
 from .fs import Bind

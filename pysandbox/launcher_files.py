@@ -17,10 +17,9 @@ from the project later (see gitmeta.py's note).
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from collections.abc import Iterable
+from _collections_abc import Iterable   # collections.abc: the same classes, after importing collections (issue 28)
 
 from .fs import Bind
 from .pathtree import below as _under
@@ -32,13 +31,19 @@ def paths() -> list[str]:
     return list(_trees())
 
 
-@functools.cache
 def _trees() -> tuple[str, ...]:
     # Resolved once a process: none of them moves while it runs, and Policy.default (every
-    # run without a policy) asks.
+    # run without a policy) asks. A plain cache, not functools.cache: functools imports
+    # collections, which a launch does not otherwise need (issue 28).
+    if _TREES:
+        return _TREES[0]
     here = os.path.dirname(os.path.abspath(__file__))
     roots = (sys.prefix, sys.exec_prefix, sys.base_prefix, here, os.path.join(os.path.dirname(here), "bwrap_compat"))
-    return tuple(dict.fromkeys(os.path.realpath(p) for p in roots if os.path.isdir(p)))
+    _TREES.append(tuple(dict.fromkeys(os.path.realpath(p) for p in roots if os.path.isdir(p))))
+    return _TREES[0]
+
+
+_TREES: list[tuple[str, ...]] = []   # _trees()'s answer, once computed
 
 
 def default_binds(writable: Iterable[str], named: Iterable[str], launcher: Iterable[str] | None = None) -> tuple:

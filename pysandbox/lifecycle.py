@@ -13,8 +13,7 @@ caller (``run``, both command lines, and what is built on them).
 from __future__ import annotations
 
 import os
-import select
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 import time
 
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
@@ -86,6 +85,7 @@ def _until(pid: int, timeout: float, ended):
     got = ended()
     if got is not None or timeout <= 0:
         return got
+    import select   # here: a launch that is not stopped needs none (issue 28)
     deadline = time.monotonic() + timeout
     try:
         fd = os.pidfd_open(pid)

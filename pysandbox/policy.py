@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import _thread
-from collections.abc import Iterable
+from _collections_abc import Iterable   # collections.abc: the same classes, after importing collections (issue 28)
 
 from .checks import (CAPABILITIES, IMPLEMENTED_NETWORK_MODES, PROXY_BOUNDS, as_tuple, canonical, check_fd, check_id,  # noqa: F401
                      check_mode, check_path, check_proxy_bounds, check_size, require_hashable, set_field,

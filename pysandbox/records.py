@@ -23,7 +23,7 @@ explicit ``__setattr__`` on a frozen class, mutable defaults ...) goes to
 
 from __future__ import annotations
 
-from operator import attrgetter
+from _operator import attrgetter   # operator's own (operator.py re-exports _operator's; issue 28)
 
 __all__ = ["TYPE_CHECKING", "dataclass", "field", "field_names", "replace"]
 

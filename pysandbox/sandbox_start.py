@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import _thread
 import os
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 
 from . import plan as _plan
 from . import view as _view

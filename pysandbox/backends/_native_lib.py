@@ -12,7 +12,7 @@ layout it does not have.
 from __future__ import annotations
 
 import os
-import signal
+import _signal as signal   # signal.py builds its IntEnums with enum: a launch needs ints (issue 28)
 import _thread
 
 from ..errors import NativeModuleMissing, Reason

@@ -347,3 +347,19 @@ def test_userns2_after_hostname_before_the_drop_and_without_ambient_caps():
     assert ops[k.index("CAPS")].flags & N.F_NO_AMBIENT
     plain = N.translate(_plan(), base="/tmp", last_cap=40)
     assert not next(op for op in plain if op.kind == "CAPS").flags & N.F_NO_AMBIENT
+
+
+def test_the_children_holding_a_namespace_reference_are_held_weakly():
+    """The at-fork table (pysandbox/backends/native/__init__.py ``_holding``, no weakref
+    module): a child holding a reference is listed until collected; control: one that
+    holds none (mntns_fd -1) is never listed, one still referenced stays."""
+    import gc
+    held = N.NativeChild(pid=1, status_fd=-1, mntns_fd=987654)   # a number only: never closed here
+    kept = N.NativeChild(pid=2, status_fd=-1, mntns_fd=987655)
+    none = N.NativeChild(pid=3, status_fd=-1)
+    key, kept_key = id(held), id(kept)
+    assert N._holding[key]() is held and N._holding[kept_key]() is kept and id(none) not in N._holding
+    del held
+    gc.collect()
+    assert key not in N._holding and N._holding[kept_key]() is kept
+    del N._holding[kept_key]   # drop it without the fork hook closing a number it never opened

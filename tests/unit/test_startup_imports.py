@@ -163,6 +163,10 @@ def test_control_pysandbox_run_imports_the_default_policys_protections():
 # imported to print them. `pysandbox run -- CMD` and pybwrap launch through
 # pysandbox/direct.py, not subprocess.Popen: no subprocess (nor locale, selectors), and
 # no `re` while nothing asks a pattern, no threading while nothing starts a thread (issue 28).
+# Nor enum (errors.Reason is a pysandbox/codes.py class), signal (its IntEnums: _signal's
+# ints serve), functools, collections (collections.abc's classes come from
+# _collections_abc), weakref, types and operator (the builtins they re-export), select
+# (a wait with a timeout only): each a share of the start-up.
 BARE = """
 import sys
 sys.path[:0] = {paths!r}
@@ -173,7 +177,9 @@ modules = sorted(sys.modules)
 import json
 sys.stdout.write(json.dumps({{"code": code, "modules": modules}}))
 """
-LAUNCH_FREE = ("subprocess", "locale", "selectors", "re", "threading")
+LAUNCH_FREE = ("subprocess", "locale", "selectors", "re", "threading",
+               "enum", "signal", "functools", "collections", "weakref", "_weakrefset", "types", "operator",
+               "select")
 
 
 def bare(module: str, argv: list[str], env: dict | None = None) -> dict:
@@ -209,6 +215,8 @@ def test_control_the_bare_harness_sees_subprocess_and_re():
     import os
     library = bare("pysandbox.process", ["/bin/true"], dict(os.environ))
     assert library["code"] == 0 and "subprocess" in library["modules"]
+    assert [m for m in ("enum", "signal", "functools", "collections", "types", "operator", "select")
+            if m not in library["modules"]] == []
     env = dict(os.environ, PSB_TEST_URL="postgres://u:p@db.test/x")
     asked = bare("pysandbox.cli", ["run", "--", "/bin/true"], env)
     assert asked["code"] == 0 and "re" in asked["modules"] and "subprocess" not in asked["modules"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from _collections_abc import Callable   # collections.abc: the same classes, after importing collections (issue 28)
 
 from ...checks import CAPABILITIES
 from ...ops import DEV_NODES
