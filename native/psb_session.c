@@ -79,6 +79,8 @@ PSB_START(psb_session_main);
 #define NR_PIPE2 __NR_pipe2
 #define NR_CLOSE_RANGE __NR_close_range
 #define NR_PTRACE __NR_ptrace
+#define NR_SOCKETPAIR __NR_socketpair
+#define NR_SENDMSG __NR_sendmsg
 #define PTRACE_DETACH 17
 #else
 #error "psb_session: unsupported architecture"
@@ -102,6 +104,9 @@ PSB_START(psb_session_main);
 #define EAGAIN 11
 #define ECHILD 10
 #define MSG_CMSG_CLOEXEC 0x40000000
+#define MSG_DONTWAIT 0x40
+#define MSG_NOSIGNAL 0x4000
+#define SOCK_STREAM 1
 
 #define MAGIC 0x50534253u
 #define T_SPAWN 1
@@ -354,11 +359,17 @@ static void keeper_event(long rep, unsigned int type, unsigned int id, unsigned 
     put_event(chan, type, id, a, b);
 }
 
-static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned int ncand, unsigned int nargv,
-                                            int nfds, const unsigned int *targets, long *fds, int quiet)
+/* A keeper's first steps, in the child of the server's fork: it dies with the server
+ * and its command's orphans come to it. */
+static void keeper_init(void)
 {
     sys6(NR_PRCTL, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0, 0);
     sys6(NR_PRCTL, PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0, 0);
+}
+
+static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned int ncand, unsigned int nargv,
+                                            int nfds, const unsigned int *targets, long *fds, int quiet)
+{
     long self = sys6(NR_GETPID, 0, 0, 0, 0, 0, 0);
     struct cmd_args args = { ncand, nargv, nfds, targets, fds };
     cmd_err[0] = cmd_err[1] = 0;
@@ -425,6 +436,175 @@ static int find(unsigned int id)
     return -1;
 }
 
+/* The next command's keeper, forked while the server waits (arm): set up, with the pages
+ * a command's start writes already its own, it waits on a socketpair of its own (sock,
+ * the server's end) for one SPAWN, which the server hands it whole (dispatch): a
+ * command's start costs the server a sendmsg, not a fork, and the keeper no set-up. Its
+ * report pipe (rep) becomes the command's once dispatched. A frame that does not fit
+ * the socket at once (a payload of hundreds of KiB), or an armed keeper gone (killed by
+ * a command, on kernels without Landlock's signal scope), and the SPAWN takes the fork
+ * path instead: the server never waits on an armed keeper. */
+static struct { long pid, sock; int rep; } armed = { 0, -1, -1 };
+
+/* What the keeper needs of the server's state, beside the frame: the rlimits its command
+ * takes (psb_session_limits.h; the cgroup descriptors ride after the frame's). */
+struct dispatch_msg { unsigned int h[8]; unsigned int nrl, pad; unsigned long rl[SESSION_MAX_RLIMITS][3]; };
+
+#define PREFAULT (64u << 10)
+
+static void disarm(int kill)
+{
+    if (kill && armed.pid > 0)
+        sys6(NR_KILL, armed.pid, SIGKILL, 0, 0, 0, 0);
+    if (armed.sock >= 0)
+        sys6(NR_CLOSE, armed.sock, 0, 0, 0, 0, 0);
+    if (armed.rep >= 0)
+        sys6(NR_CLOSE, armed.rep, 0, 0, 0, 0, 0);
+    armed.pid = 0, armed.sock = -1, armed.rep = -1;
+}
+
+/* In a keeper (either path), right after the fork: the server's descriptors go, from
+ * its table (not the poll array, whose entries may name descriptors closed and reused
+ * since the poll), but the channel (the keeper reports to the launcher itself:
+ * keeper_event) and the Landlock rules' kept ones. */
+static void keeper_fds(void)
+{
+    sys6(NR_CLOSE, sigfd, 0, 0, 0, 0, 0);
+    for (int j = 0; j < MAX_CMDS; j++)
+        if (cmds[j].rep >= 0)
+            sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
+    if (armed.sock >= 0)
+        sys6(NR_CLOSE, armed.sock, 0, 0, 0, 0, 0);
+    if (armed.rep >= 0)
+        sys6(NR_CLOSE, armed.rep, 0, 0, 0, 0, 0);
+    session_limits_drop(next_cg, &next_cg_n);   /* a LIMITS frame held for a later SPAWN */
+}
+
+/* The frame's strings, from the payload (after `off` bytes of targets): strs holds cwd,
+ * the candidates, argv, NULL, env, NULL. 0, or -1: malformed. */
+static int frame_strings(const unsigned int *h, unsigned long off)
+{
+    unsigned int ncand = h[3], nargv = h[4], nenv = h[5], len = h[7];
+    unsigned int want = 1 + ncand + nargv + nenv, got = 0;
+    if (want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len)
+        return -1;
+    payload[len] = 0;
+    for (unsigned long p = off; p < len && got < want; got++) {
+        strs[got + (got >= 1 + ncand + nargv)] = payload + p;   /* argv's NULL sits between */
+        while (p < len && payload[p])
+            p++;
+        p++;
+    }
+    if (got != want)
+        return -1;
+    strs[1 + ncand + nargv] = 0;
+    strs[1 + ncand + nargv + 1 + nenv] = 0;
+    return 0;
+}
+
+static void __attribute__((noreturn)) armed_keeper(long rep, long sock)
+{
+    keeper_init();
+    for (unsigned long i = 0; i < PREFAULT; i += 4096) {
+        ((volatile char *)payload)[i] = 0;
+        ((volatile char *)cmd_stack)[sizeof cmd_stack - 1 - i] = 0;
+    }
+    ((volatile char **)strs)[0] = 0;
+    struct dispatch_msg msg;
+    unsigned long control[(16 + (MAX_FDS + SESSION_MAX_CGROUPS) * 4 + 16) / 8];
+    struct iovec iov = { &msg, sizeof msg };
+    struct msghdr m = { 0, 0, &iov, 1, control, sizeof control, 0 };
+    long r;
+    while ((r = sys6(NR_RECVMSG, sock, (long)&m, MSG_CMSG_CLOEXEC, 0, 0, 0)) == -EINTR)
+        ;
+    if (r <= 0)
+        quit(0);   /* the server disarmed us, or is gone */
+    int all[MAX_FDS + SESSION_MAX_CGROUPS], nall = 0;
+    struct cmsghdr *c = (struct cmsghdr *)control;
+    if (m.controllen >= sizeof *c && c->level == 1 /* SOL_SOCKET */ && c->type == 1 /* SCM_RIGHTS */) {
+        int *p = (int *)(c + 1);
+        for (unsigned long k = 0; k < (c->len - sizeof *c) / 4 && nall < MAX_FDS + SESSION_MAX_CGROUPS; k++)
+            all[nall++] = p[k];
+    }
+    const unsigned int *h = msg.h;
+    int nfds = (int)(h[6] & ~SPAWN_LIMITED);
+    if ((r < (long)sizeof msg && read_full(sock, (char *)&msg + r, sizeof msg - (unsigned long)r) < 0) ||
+        h[7] > MAX_PAYLOAD || read_full(sock, payload, h[7]) < 0)
+        quit(0);   /* the server's whole frame, or nothing: it took the fork path */
+    sys6(NR_CLOSE, sock, 0, 0, 0, 0, 0);
+    long fds[MAX_FDS];
+    if (nfds > MAX_FDS || nfds > nall || nall - nfds > SESSION_MAX_CGROUPS || msg.nrl > SESSION_MAX_RLIMITS ||
+        frame_strings(h, (unsigned long)nfds * 4) < 0) {
+        keeper_event(rep, E_FAILED, h[2], 22 /* EINVAL */, PSB_TAIL_USAGE);
+        quit(0);
+    }
+    for (int k = 0; k < nfds; k++)
+        fds[k] = all[k];
+    for (int k = nfds; k < nall; k++)
+        cur_cg[cur_cg_n++] = all[k];
+    for (unsigned int k = 0; k < msg.nrl; k++)
+        for (int j = 0; j < 3; j++)
+            next_rl[k][j] = msg.rl[k][j];
+    cur_rl_n = msg.nrl;
+    keeper(h[2], rep, h[3], h[4], nfds, (const unsigned int *)payload, fds, h[1] == T_SPAWN_QUIET);
+}
+
+/* While the server waits: the next command's keeper (a failure leaves none: the fork
+ * path then, whose own failure is reported). */
+static void arm(void)
+{
+    int rp[2], sv[2];
+    if (sys6(NR_PIPE2, (long)rp, O_CLOEXEC | O_NONBLOCK, 0, 0, 0, 0) < 0)
+        return;
+    if (sys6(NR_SOCKETPAIR, 1 /* AF_UNIX */, SOCK_STREAM | O_CLOEXEC, 0, (long)sv, 0, 0) < 0) {
+        sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0), sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0);
+        return;
+    }
+    long k = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
+    if (k == 0) {
+        sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0), sys6(NR_CLOSE, sv[0], 0, 0, 0, 0, 0);
+        keeper_fds();
+        session_limits_forked();
+        armed_keeper(rp[1], sv[1]);
+    }
+    sys6(NR_CLOSE, rp[1], 0, 0, 0, 0, 0), sys6(NR_CLOSE, sv[1], 0, 0, 0, 0, 0);
+    if (k < 0) {
+        sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0), sys6(NR_CLOSE, sv[0], 0, 0, 0, 0, 0);
+        return;
+    }
+    armed.pid = k, armed.sock = sv[0], armed.rep = rp[0];
+}
+
+/* The SPAWN in the server's buffers, with the command's limits, to the armed keeper:
+ * whole at once or not at all (never a wait on it). 1: the keeper has it. */
+static int dispatch(const unsigned int *h, const long *fds, int nfds)
+{
+    struct dispatch_msg msg = { { 0 }, cur_rl_n, 0, { { 0 } } };
+    for (int i = 0; i < 8; i++)
+        msg.h[i] = h[i];
+    for (unsigned int k = 0; k < cur_rl_n; k++)
+        for (int j = 0; j < 3; j++)
+            msg.rl[k][j] = next_rl[k][j];
+    unsigned long control[(16 + (MAX_FDS + SESSION_MAX_CGROUPS) * 4 + 16) / 8];
+    struct cmsghdr *c = (struct cmsghdr *)control;
+    int n = 0, *p = (int *)(c + 1);
+    for (int k = 0; k < nfds; k++)
+        p[n++] = (int)fds[k];
+    for (int k = 0; k < cur_cg_n; k++)
+        p[n++] = (int)cur_cg[k];
+    c->len = sizeof *c + (unsigned long)n * 4, c->level = 1, c->type = 1;
+    struct iovec iov[2] = { { &msg, sizeof msg }, { payload, h[7] } };
+    struct msghdr m = { 0, 0, iov, 2, n ? control : 0, n ? (c->len + 7) & ~7UL : 0, 0 };
+    long r = sys6(NR_SENDMSG, armed.sock, (long)&m, MSG_DONTWAIT | MSG_NOSIGNAL, 0, 0, 0);
+    if (r == (long)(sizeof msg + h[7])) {
+        sys6(NR_CLOSE, armed.sock, 0, 0, 0, 0, 0);
+        armed.sock = -1;
+        return 1;
+    }
+    disarm(1);   /* a part of the frame, or none: that keeper can never start it */
+    return 0;
+}
+
 /* The server's children that are not live keepers: orphans of a keeper that died.
  * Swept when a keeper dies before its report, and then before every command until a
  * sweep finds none (an orphan's own children reach the server only when it dies). */
@@ -432,12 +612,13 @@ static int dirty;
 
 static int live_keeper(long pid)
 {
+    if (pid == armed.pid)
+        return 1;
     for (int k = 0; k < MAX_CMDS; k++)
         if (cmds[k].rep >= 0 && cmds[k].keeper == pid)
             return 1;
     return 0;
 }
-
 /* Every process of a command whose keeper died before its report (the command killed
  * it, or the server did because the launcher asked to end the command: a stopped or
  * traced keeper cannot be relied on): SIGKILL each of our children that is not a live
@@ -490,38 +671,30 @@ static void sweep(void)
 
 static void spawn(const unsigned int *h, long *fds, int nfds)
 {
-    unsigned int id = h[2], ncand = h[3], nargv = h[4], nenv = h[5];
+    unsigned int id = h[2], ncand = h[3], nargv = h[4];
     if (!session_limits_for(id, h[6])) {   /* native/psb_session_limits.h: fail closed */
         put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_RLIMIT);
         return;
     }
-    unsigned int len = h[7];
     unsigned int *targets = (unsigned int *)payload;
-    unsigned long off = (unsigned long)nfds * 4;
-    unsigned int want = 1 + ncand + nargv + nenv, got = 0;
     int slot = -1;
     for (int k = 0; k < MAX_CMDS && slot < 0; k++)
         if (cmds[k].rep < 0)
             slot = k;
-    if ((h[6] & ~SPAWN_LIMITED) != (unsigned int)nfds || want > MAX_STRINGS || ncand == 0 || nargv == 0 || off > len) {
+    if ((h[6] & ~SPAWN_LIMITED) != (unsigned int)nfds || frame_strings(h, (unsigned long)nfds * 4) < 0) {
         put_event(chan, E_FAILED, id, 22 /* EINVAL */, PSB_TAIL_USAGE);
         return;
     }
-    payload[len] = 0;
-    for (unsigned long p = off; p < len && got < want; got++) {
-        strs[got + (got >= 1 + ncand + nargv)] = payload + p;   /* argv's NULL sits between */
-        while (p < len && payload[p])
-            p++;
-        p++;
-    }
-    if (got != want) {
-        put_event(chan, E_FAILED, id, 22, PSB_TAIL_USAGE);
-        return;
-    }
-    strs[1 + ncand + nargv] = 0;
-    strs[1 + ncand + nargv + 1 + nenv] = 0;
     if (slot < 0) {
         put_event(chan, E_FAILED, id, EAGAIN, PSB_TAIL_FORK);
+        return;
+    }
+    if (dirty)
+        sweep();
+    if (armed.pid > 0 && dispatch(h, fds, nfds)) {
+        cmds[slot] = (struct cmd){ id, armed.pid, 0, armed.rep, 0, 0, { 0 } };
+        armed.pid = 0, armed.rep = -1;
+        session_limits_forked();
         return;
     }
     int rp[2];
@@ -530,18 +703,11 @@ static void spawn(const unsigned int *h, long *fds, int nfds)
         put_event(chan, E_FAILED, id, (unsigned int)-pe, PSB_TAIL_FORK);
         return;
     }
-    if (dirty)
-        sweep();
     long k = sys6(NR_FORK, 0, 0, 0, 0, 0, 0);
     if (k == 0) {
         sys6(NR_CLOSE, rp[0], 0, 0, 0, 0, 0);
-        /* The server's descriptors, from its table (not the poll array, whose entries may
-         * name descriptors closed and reused since the poll), but the channel: the keeper
-         * reports to the launcher itself (keeper_event). */
-        sys6(NR_CLOSE, sigfd, 0, 0, 0, 0, 0);
-        for (int j = 0; j < MAX_CMDS; j++)
-            if (cmds[j].rep >= 0)
-                sys6(NR_CLOSE, cmds[j].rep, 0, 0, 0, 0, 0);
+        keeper_fds();
+        keeper_init();
         keeper(id, rp[1], ncand, nargv, nfds, targets, fds, h[1] == T_SPAWN_QUIET);
     }
     session_limits_forked();
@@ -703,6 +869,8 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         cmds[k].rep = -1;
     put_event(chan, E_READY, 0, 0, 0);
     for (;;) {
+        if (armed.pid <= 0)
+            arm();
         int n = 0;
         pfds[n++] = (struct pollfd){ (int)chan, POLLIN, 0 };
         pfds[n++] = (struct pollfd){ (int)sfd, POLLIN, 0 };
@@ -725,8 +893,12 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
             while (sys6(NR_READ, sfd, (long)info, sizeof info, 0, 0, 0) > 0)
                 ;
             int st, reaped = 0;
-            while (sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0) > 0)
+            long w;
+            while ((w = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0) {
                 reaped = 1;
+                if (w == armed.pid)   /* killed by a command: another is armed below */
+                    disarm(0);
+            }
             if (reaped && dirty)
                 sweep();
         }
