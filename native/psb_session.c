@@ -549,6 +549,17 @@ static void __attribute__((noreturn)) armed_keeper(long rep, long sock)
     keeper(h[2], rep, h[3], h[4], nfds, (const unsigned int *)payload, fds, h[1] == T_SPAWN_QUIET);
 }
 
+/* A command handed to its keeper that has not yet started (or failed): arming waits, so
+ * the server's fork does not delay that keeper's start on this CPU (the sendmsg's
+ * wake-up put it here: a sync wake-up). */
+static int starting(void)
+{
+    for (int k = 0; k < MAX_CMDS; k++)
+        if (cmds[k].rep >= 0 && cmds[k].pid == 0 && !cmds[k].exited)
+            return 1;
+    return 0;
+}
+
 /* While the server waits: the next command's keeper (a failure leaves none: the fork
  * path then, whose own failure is reported). */
 static void arm(void)
@@ -869,7 +880,7 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         cmds[k].rep = -1;
     put_event(chan, E_READY, 0, 0, 0);
     for (;;) {
-        if (armed.pid <= 0)
+        if (armed.pid <= 0 && !starting())
             arm();
         int n = 0;
         pfds[n++] = (struct pollfd){ (int)chan, POLLIN, 0 };
