@@ -8,8 +8,9 @@ each under ``perf record -a`` of the scheduler's fork/exec/exit/wakeup events an
 entry and exit of the few system calls it reads, and prints per command the time between
 the phases:
 
-- session: the launcher's SPAWN ``sendmsg`` -> the server's fork of the keeper -> the
-  keeper's clone of the command -> ``execve`` -> the exec done -> the command's exit ->
+- session: the launcher's SPAWN ``sendmsg`` -> the server's ``recvmsg`` of it -> its
+  ``sendmsg`` to the armed keeper -> the keeper's ``recvmsg`` (or, on the fork path, the
+  server's fork of the keeper) -> the keeper's clone of the command -> ``execve`` -> the exec done -> the command's exit ->
   the keeper's wake-up -> the launcher's wake-up -> its ``recv`` returning;
 - plain: the launcher's ``vfork``/``clone`` -> ``execve`` -> exec done -> exit -> the
   launcher's wake-up -> its ``wait4`` returning;
@@ -34,7 +35,7 @@ import tempfile
 
 SCHED = "sched:sched_process_fork,sched:sched_process_exec,sched:sched_process_exit,sched:sched_wakeup"
 LINE = re.compile(r"\s*(\S+)\s+(\d+)/(\d+)\s+\[\d+\]\s+([\d.]+):\s+(\S+):\s*(.*)")
-NR = {"sendmsg": 46, "recvfrom": 45, "vfork": 58, "clone": 56, "clone3": 435, "wait4": 61, "waitid": 247,
+NR = {"sendmsg": 46, "recvmsg": 47, "recvfrom": 45, "vfork": 58, "clone": 56, "clone3": 435, "wait4": 61, "waitid": 247,
       "execve": 59}
 # Only the system calls the phases are read from: every call of every process would keep
 # perf itself busy on one of the CPUs, and a fork placed there waits for perf's time slice
@@ -100,7 +101,19 @@ def session_phases(events, runs: int) -> list[dict]:
         keeper = forked[cmd][1] if cmd in forked else None
         if keeper is None or keeper not in forked:
             continue
-        ph["the server forked the keeper"] = forked[keeper][2] - t0
+        server = forked[keeper][1]
+        armed = forked[keeper][2] < t0   # forked while the server waited (psb_session.c arm)
+        if armed:
+            for e in events[s:]:
+                if e[1] == server and e[3] == "sys_exit" and _nr(e, "recvmsg") and not ph:
+                    ph["the server received the frame"] = e[2] - t0
+                elif e[1] == server and e[3] == "sys_enter" and _nr(e, "sendmsg") and ph:
+                    ph["the server sent it to the armed keeper"] = e[2] - t0
+                elif e[1] == keeper and e[3] == "sys_exit" and _nr(e, "recvmsg"):
+                    ph["the keeper received it"] = e[2] - t0
+                    break
+        else:
+            ph["the server forked the keeper"] = forked[keeper][2] - t0
         ph["the keeper cloned the command"] = forked[cmd][2] - t0
         for e in events[s:]:
             if e[1] == cmd and e[3] == "sys_enter" and _nr(e, "execve"):

@@ -424,7 +424,11 @@ static void __attribute__((noreturn)) keeper(unsigned int id, long rep, unsigned
         if (r == -ECHILD)
             break;
     }
-    keeper_event(rep, E_EXITED, id, (unsigned int)cst, 0);
+    /* The launcher first: its wait ends while the server takes its copy (state it needs
+     * only for a later SIGNAL of this id, which the launcher no longer sends; a SIGKILL
+     * between the two writes is the server's to repeat: report). */
+    put_event(chan, E_EXITED, id, (unsigned int)cst, 0);
+    put_event(rep, E_EXITED, id, (unsigned int)cst, 0);
     quit(0);
 }
 
@@ -445,6 +449,11 @@ static int find(unsigned int id)
  * a command, on kernels without Landlock's signal scope), and the SPAWN takes the fork
  * path instead: the server never waits on an armed keeper. */
 static struct { long pid, sock; int rep; } armed = { 0, -1, -1 };
+/* Armed keepers that died before a SPAWN came (killed by a command, or the session's
+ * memory limit): after ARM_LOST_MAX, no more are armed (the fork path), so nothing can
+ * make the server fork in a loop. */
+#define ARM_LOST_MAX 3
+static int arm_lost;
 
 /* What the keeper needs of the server's state, beside the frame: the rlimits its command
  * takes (psb_session_limits.h; the cgroup descriptors ride after the frame's). */
@@ -502,18 +511,35 @@ static int frame_strings(const unsigned int *h, unsigned long off)
     return 0;
 }
 
+/* The stack a keeper's start uses below this frame, touched now (copy-on-write after the
+ * fork: a fault each page on first write). */
+static void __attribute__((noinline)) touch_stack(void)
+{
+    volatile char pad[32 << 10];
+    for (unsigned long i = 0; i < sizeof pad; i += 4096)
+        pad[i] = 0;
+}
+
 static void __attribute__((noreturn)) armed_keeper(long rep, long sock)
 {
     keeper_init();
+    /* Touched now, while the server waits: the pages a command's start writes (the frame's
+     * buffers, the command's stack, the state the keeper and command share) are ours before
+     * it comes. */
     for (unsigned long i = 0; i < PREFAULT; i += 4096) {
         ((volatile char *)payload)[i] = 0;
         ((volatile char *)cmd_stack)[sizeof cmd_stack - 1 - i] = 0;
     }
     ((volatile char **)strs)[0] = 0;
+    cmd_err[0] = cmd_err[1] = 0;
+    cur_rl_n = 0, cur_cg_n = 0, next_rl[0][0] = 0;
+    touch_stack();
     struct dispatch_msg msg;
     unsigned long control[(16 + (MAX_FDS + SESSION_MAX_CGROUPS) * 4 + 16) / 8];
-    struct iovec iov = { &msg, sizeof msg };
-    struct msghdr m = { 0, 0, &iov, 1, control, sizeof control, 0 };
+    /* The frame and its payload at once (the server sent them in one sendmsg and sends
+     * nothing after): read_full only for what a large frame leaves. */
+    struct iovec iov[2] = { { &msg, sizeof msg }, { payload, MAX_PAYLOAD } };
+    struct msghdr m = { 0, 0, iov, 2, control, sizeof control, 0 };
     long r;
     while ((r = sys6(NR_RECVMSG, sock, (long)&m, MSG_CMSG_CLOEXEC, 0, 0, 0)) == -EINTR)
         ;
@@ -527,11 +553,13 @@ static void __attribute__((noreturn)) armed_keeper(long rep, long sock)
             all[nall++] = p[k];
     }
     const unsigned int *h = msg.h;
-    int nfds = (int)(h[6] & ~SPAWN_LIMITED);
-    if ((r < (long)sizeof msg && read_full(sock, (char *)&msg + r, sizeof msg - (unsigned long)r) < 0) ||
-        h[7] > MAX_PAYLOAD || read_full(sock, payload, h[7]) < 0)
+    if (r < (long)sizeof msg && read_full(sock, (char *)&msg + r, sizeof msg - (unsigned long)r) < 0)
         quit(0);   /* the server's whole frame, or nothing: it took the fork path */
+    unsigned long have = r > (long)sizeof msg ? (unsigned long)r - sizeof msg : 0;
+    if (h[7] > MAX_PAYLOAD || have > h[7] || read_full(sock, payload + have, h[7] - have) < 0)
+        quit(0);
     sys6(NR_CLOSE, sock, 0, 0, 0, 0, 0);
+    int nfds = (int)(h[6] & ~SPAWN_LIMITED);
     long fds[MAX_FDS];
     if (nfds > MAX_FDS || nfds > nall || nall - nfds > SESSION_MAX_CGROUPS || msg.nrl > SESSION_MAX_RLIMITS ||
         frame_strings(h, (unsigned long)nfds * 4) < 0) {
@@ -880,7 +908,7 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         cmds[k].rep = -1;
     put_event(chan, E_READY, 0, 0, 0);
     for (;;) {
-        if (armed.pid <= 0 && !starting())
+        if (armed.pid <= 0 && arm_lost < ARM_LOST_MAX && !starting())
             arm();
         int n = 0;
         pfds[n++] = (struct pollfd){ (int)chan, POLLIN, 0 };
@@ -907,8 +935,8 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
             long w;
             while ((w = sys6(NR_WAIT4, -1, (long)&st, WNOHANG, 0, 0, 0)) > 0) {
                 reaped = 1;
-                if (w == armed.pid)   /* killed by a command: another is armed below */
-                    disarm(0);
+                if (w == armed.pid)   /* another is armed below, up to ARM_LOST_MAX */
+                    disarm(0), arm_lost++;
             }
             if (reaped && dirty)
                 sweep();
