@@ -577,13 +577,18 @@ static void __attribute__((noreturn)) armed_keeper(long rep, long sock)
     keeper(h[2], rep, h[3], h[4], nfds, (const unsigned int *)payload, fds, h[1] == T_SPAWN_QUIET);
 }
 
-/* A command handed to its keeper that has not yet started (or failed): arming waits, so
- * the server's fork does not delay that keeper's start on this CPU (the sendmsg's
- * wake-up put it here: a sync wake-up). */
-static int starting(void)
+/* Any command not yet reported ended. A keeper is armed only when none is and no orphan
+ * of one is left (dirty): no process of any command exists then, and the armed keeper
+ * starts the very next command, so no command ever meets an armed keeper but its own
+ * (none can stop or trace one to hold a later command, with or without Landlock's
+ * signal scope); a command sees the processes it saw without arming (the server, its
+ * keeper and its own); and the server's fork runs while the launcher takes the last
+ * command's end, not while a keeper starts one on this CPU (the sendmsg's wake-up put
+ * it here). A SPAWN while another command runs takes the fork path. */
+static int running(void)
 {
     for (int k = 0; k < MAX_CMDS; k++)
-        if (cmds[k].rep >= 0 && cmds[k].pid == 0 && !cmds[k].exited)
+        if (cmds[k].rep >= 0)
             return 1;
     return 0;
 }
@@ -908,7 +913,7 @@ void __attribute__((noreturn, used)) psb_session_main(long *sp)
         cmds[k].rep = -1;
     put_event(chan, E_READY, 0, 0, 0);
     for (;;) {
-        if (armed.pid <= 0 && arm_lost < ARM_LOST_MAX && !starting())
+        if (armed.pid <= 0 && arm_lost < ARM_LOST_MAX && !running() && !dirty)
             arm();
         int n = 0;
         pfds[n++] = (struct pollfd){ (int)chan, POLLIN, 0 };

@@ -1,9 +1,9 @@
 """A warm pool of one-shot sandboxes: ``Pool(policy, size=N)``.
 
 Each sandbox is a session (pysandbox/session.py) staged in the background up to the
-point of exec: namespaces made, mounts done, the server waiting, and warmed
-(``Sandbox.warm``: the server's first fork and the launcher's environment cache done
-while staging, so the first command in it costs what a later one would).
+point of exec: namespaces made, mounts done, the server waiting with the first
+command's keeper armed (native/psb_session.c), and warmed (``Sandbox.warm``: the
+launcher's environment cache), so the first command in it costs what a later one would.
 ``pool.run(argv)`` takes one, runs exactly one command in it and discards it, so every
 command still gets a fresh sandbox (nothing of an earlier command's files in /tmp,
 processes or namespaces), with the setup off the critical path.
@@ -22,8 +22,7 @@ cross-thread wake-up it can avoid (each costs it the GIL and tens of microsecond
 them all.
 
 When no sandbox is ready (a burst faster than the refill), ``run`` waits for the
-next one, which then skips its warm-up (about a third of a staging; it saves the first
-command about a tenth of a millisecond); if the refill fails (the backend cannot run here) the error is raised to
+next one, which then skips its warm-up; if the refill fails (the backend cannot run here) the error is raised to
 the caller rather than retried in a loop.
 """
 
@@ -147,9 +146,8 @@ class Pool:
         try:
             sb = Sandbox(self.policy, self.backend, caller_directory=self._caller_start)
             if self._waiting:
-                # a caller is waiting for this one: the warm-up (a keeper fork and a failed
-                # exec, about a third of a staging) would delay it more than it saves its
-                # first command (docs/ARCHITECTURE.md, the pool)
+                # a caller is waiting for this one: handed over at once, unwarmed
+                # (docs/ARCHITECTURE.md, the pool)
                 with self._cv:
                     self._unwarmed += 1
             else:

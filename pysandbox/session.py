@@ -283,19 +283,18 @@ class Sandbox:
 
     def warm(self) -> None:
         """Do now what the first command would pay for once (a pool does it while staging):
-        the launcher's environment for os.environ (command_env's cache), and the server's
-        first keeper and command (page faults of a first fork): a command that cannot start,
-        the directory ``/`` as a program (EACCES in every sandbox, no exec happens), which
-        leaves nothing behind.
+        the launcher's environment for os.environ (command_env's cache). The server's side
+        needs nothing: it forks each next command's keeper while it waits, from its start
+        on (native/psb_session.c, arm), so a first command costs what a later one does.
 
         Raises:
             SessionError: the session is closed or lost.
         """
+        if self._closed:
+            raise SessionError("the session is closed", Reason.SESSION_CLOSED)
+        if self.channel.lost is not None:
+            raise SessionError(f"the session is lost: {self.channel.lost}", Reason.SESSION_LOST)
         self.command_env(None)
-        try:
-            self._spawn(["/"], "/", {}, [], [], wait=True)
-        except OSError:
-            pass
 
     def Popen(self, args, **kwargs) -> SessionProcess:
         """Start ``args`` in this sandbox; see :class:`SessionProcess`."""
