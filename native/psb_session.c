@@ -28,12 +28,14 @@
  *
  * Signals for a command go through its keeper (SIG_RELAY), which alone can know the
  * command is not yet reaped. A command's STARTED, FAILED and EXITED come from its keeper,
- * which writes them to the server (a pipe: its state) and then to the channel itself
- * (no relay); the server repeats one the keeper may have died before sending, so the
- * launcher ignores a STARTED for a command that has its pid and any event for an id it
- * no longer waits for.
+ * which writes them to the server (a pipe: its state) and to the channel itself (no
+ * relay), the server's copy first but EXITED's; the server repeats one the keeper may
+ * have died before sending, so the launcher ignores a STARTED for a command that has its
+ * pid and any event for an id it no longer waits for.
  *
- * Per command: the server forks a keeper, a child subreaper that dies with the server;
+ * Per command: a keeper, a child subreaper that dies with the server: the armed one (see
+ * arm below: forked while no command runs, handed the SPAWN whole), or one the server
+ * forks for it;
  * the keeper starts the command with vfork semantics (clone CLONE_VM|CLONE_VFORK on a
  * stack of its own: no copy of page tables; the keeper sleeps until the exec or the
  * exit, and a setup error comes back in its memory) (new session, die-with-keeper, the frame's descriptors
