@@ -108,15 +108,21 @@ def _server_pid(sb) -> int:
 
 
 def _armed_pid(sb) -> int:
-    """The server's one child while no command runs: the armed keeper (host pid)."""
+    """The armed keeper's host pid: the server's one child while no command runs, once it
+    waits in recvmsg for its SPAWN (the last command's keeper may still be exiting: the
+    launcher has its end first)."""
     pid = _server_pid(sb)
     kids: list = []
 
-    def one() -> bool:
+    def armed() -> bool:
         kids[:] = _children(pid)
-        return len(kids) == 1
+        try:
+            with open(f"/proc/{kids[0]}/syscall") as f:
+                return len(kids) == 1 and f.read().split()[0] == "47"   # __NR_recvmsg
+        except (IndexError, FileNotFoundError, ProcessLookupError):
+            return False
 
-    assert wait_until(one, 30), kids
+    assert wait_until(armed, 30), kids
     return int(kids[0])
 
 
