@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
+import sys
 import time
 
 import pytest
@@ -164,3 +166,27 @@ def test_a_stopped_armed_keeper_holds_its_command_only_until_its_timeout(backend
         assert time.monotonic() - t0 < 30
         assert wait_until(lambda: _state(pid) in ("", "zombie"), 30), _state(pid)   # the server ended it
         assert sb.run(["echo", "ok"], capture_output=True, text=True, timeout=60).stdout == "ok\n"
+
+
+def _refuse_socketpair() -> bytes:
+    """A caller's seccomp program: socketpair (x86_64: 53) fails with EPERM, all else runs."""
+    insns = [(0x20, 0, 0, 0),               # ld [nr]
+             (0x15, 0, 1, 53),              # jeq socketpair
+             (0x06, 0, 0, 0x00050000 | 1),  # ret ERRNO(EPERM)
+             (0x06, 0, 0, 0x7FFF0000)]      # ret ALLOW
+    return b"".join(struct.pack("<HBBI", *i) for i in insns)
+
+
+def test_a_server_refused_socketpair_takes_the_fork_path(backend, tmp_path):
+    """README, seccomp: a caller's program that refuses what arming needs costs each
+    command the fork path, nothing else. Control: the same session without it arms."""
+    policy = pysandbox.Policy.default(workdir=tmp_path)
+    with Sandbox(policy.replace(seccomp=(_refuse_socketpair(),)), backend) as sb:
+        refused = [_after_idle(sb) for _ in range(2)]
+        probe = sb.run([sys.executable, "-I", "-c", "import socket; socket.socketpair()"], capture_output=True,
+                       text=True, timeout=60)
+    with Sandbox(policy, backend) as sb:
+        control = _after_idle(sb)
+    assert "PermissionError" in probe.stderr, probe   # the program is loaded: it binds commands too
+    assert not any(p["armed"] for p in refused), refused
+    assert control["armed"], control
