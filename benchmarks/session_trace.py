@@ -102,8 +102,12 @@ def session_phases(events, runs: int) -> list[dict]:
         if keeper is None or keeper not in forked:
             continue
         server = forked[keeper][1]
-        armed = forked[keeper][2] < t0   # forked while the server waited (psb_session.c arm)
+        # the armed path (psb_session.c arm): the server's sendmsg of the frame to the
+        # keeper, which it forked before (late: after this SPAWN was sent, the frame waited)
+        armed = any(e[1] == server and e[3] == "sys_enter" and _nr(e, "sendmsg")
+                    for e in events[s:] if e[2] < forked[cmd][2])
         if armed:
+            late = forked[keeper][2] > t0
             for e in events[s:]:
                 if e[1] == server and e[3] == "sys_exit" and _nr(e, "recvmsg") and not ph:
                     ph["the server received the frame"] = e[2] - t0
@@ -112,7 +116,9 @@ def session_phases(events, runs: int) -> list[dict]:
                 elif e[1] == keeper and e[3] == "sys_exit" and _nr(e, "recvmsg"):
                     ph["the keeper received it"] = e[2] - t0
                     break
+            path = "armed keeper, forked after the SPAWN was sent" if late else "armed keeper"
         else:
+            path = "the keeper forked for it"
             ph["the server forked the keeper"] = forked[keeper][2] - t0
         ph["the keeper cloned the command"] = forked[cmd][2] - t0
         for e in events[s:]:
@@ -130,7 +136,7 @@ def session_phases(events, runs: int) -> list[dict]:
             elif "the command exited" in ph and e[1] == la and e[3] == "sys_exit" and _nr(e, "recvfrom"):
                 ph["its recv returned"] = e[2] - t0
                 break
-        out.append(ph)
+        out.append((path, ph))
     return out
 
 
@@ -205,7 +211,10 @@ def main(argv=None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="psb-trace-") as tmp:
         ev = record("session", args.runs, args.backend, tmp)
-        report("session command", session_phases(ev, args.runs), between(ev, args.runs, ("sendmsg",), ("recvfrom",)))
+        phases = session_phases(ev, args.runs)
+        gaps = between(ev, args.runs, ("sendmsg",), ("recvfrom",))
+        for path in dict.fromkeys(p for p, _ in phases):
+            report(f"session command, {path}", [ph for p, ph in phases if p == path], gaps)
         ev = record("plain", args.runs, args.backend, tmp)
         report("plain subprocess.run", plain_phases(ev, args.runs),
                between(ev, args.runs, ("vfork", "clone", "clone3"), ("wait4", "waitid")))

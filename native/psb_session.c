@@ -237,9 +237,8 @@ static void keeper_fds(void)
     session_limits_drop(next_cg, &next_cg_n);   /* a LIMITS frame held for a later SPAWN */
 }
 
-/* Any command not yet reported ended (its keeper's EXITED or FAILED read: the keeper
- * ended its whole subtree before it, and only exits after). A keeper is armed only when
- * none is and no orphan of one is left (dirty): no process of any command exists then, and the armed keeper
+/* Any command not yet reported ended. A keeper is armed only when none is and no orphan
+ * of one is left (dirty): no process of any command exists then, and the armed keeper
  * starts the very next command, so no command ever meets an armed keeper but its own
  * (none can stop or trace one to hold a later command, with or without Landlock's
  * signal scope); a command sees the processes it saw without arming (the server, its
@@ -249,7 +248,7 @@ static void keeper_fds(void)
 static int running(void)
 {
     for (int k = 0; k < MAX_CMDS; k++)
-        if (cmds[k].rep >= 0 && !cmds[k].exited)
+        if (cmds[k].rep >= 0)
             return 1;
     return 0;
 }

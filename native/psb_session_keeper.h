@@ -284,13 +284,13 @@ static int frame_strings(const unsigned int *h, unsigned long off)
  * takes (psb_session_limits.h; the cgroup descriptors ride after the frame's). */
 struct dispatch_msg { unsigned int h[8]; unsigned int nrl, pad; unsigned long rl[SESSION_MAX_RLIMITS][3]; };
 
-#define PREFAULT (16u << 10)
+#define PREFAULT (64u << 10)
 
 /* The stack a keeper's start uses below this frame, touched now (copy-on-write after the
  * fork: a fault each page on first write). */
 static void __attribute__((noinline)) touch_stack(void)
 {
-    volatile char pad[16 << 10];
+    volatile char pad[32 << 10];
     for (unsigned long i = 0; i < sizeof pad; i += 4096)
         pad[i] = 0;
 }
