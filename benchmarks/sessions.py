@@ -117,6 +117,33 @@ def section_session(report, cfg: dict, deadline: float) -> None:
             a, p = stats.get(f"session {b}{suffix}"), stats.get(f"plain{suffix}")
             report.target(f"session {b}{suffix} / plain{suffix} <= 1.2",
                           a.median / p.median if a and p else None, 1.2)
+    _first_commands(report, policy, list(boxes), max(10, min(40, rounds // 10)), deadline)
+
+
+def _first_commands(report, policy, backends: list, n: int, deadline: float) -> None:
+    """Issue 27: a fresh sandbox's first command as fast as a later one. Per backend, n
+    sandboxes, each: 20 ms idle, the first run, 20 ms idle, the second; no Sandbox.warm."""
+    import pysandbox
+    rows = []
+    for b in backends:
+        first: list = []
+        second: list = []
+        for _ in range(n):
+            if time.monotonic() > deadline:
+                break
+            with pysandbox.Sandbox(policy, backend=b) as sb:
+                for out in (first, second):
+                    time.sleep(0.02)
+                    t0 = time.perf_counter()
+                    sb.run(TRUE, check=True)
+                    out.append(time.perf_counter() - t0)
+        if first:
+            f, s = statistics.median(first), statistics.median(second)
+            rows.append([b, ms(f), ms(s), ratio(f, s), len(first)])
+            report.target(f"first command {b} / second <= 1.2", f / s, 1.2)
+    report.out("A fresh session's first command against its second (medians; 20 ms idle before each).")
+    report.out()
+    report.table(["backend", "first ms", "second ms", "first / second", "n"], rows)
 
 
 # ---------------------------------------------------------------- pool
