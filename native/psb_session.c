@@ -107,6 +107,7 @@ PSB_START(psb_session_main);
 #define ECHILD 10
 #define MSG_CMSG_CLOEXEC 0x40000000
 #define MSG_DONTWAIT 0x40
+#define MSG_CTRUNC 0x8
 #define MSG_NOSIGNAL 0x4000
 #define SOCK_STREAM 1
 
@@ -283,7 +284,7 @@ static void arm(void)
  * whole at once or not at all (never a wait on it). 1: the keeper has it. */
 static int dispatch(const unsigned int *h, const long *fds, int nfds)
 {
-    struct dispatch_msg msg = { { 0 }, cur_rl_n, 0, { { 0 } } };
+    struct dispatch_msg msg = { { 0 }, cur_rl_n, (unsigned int)cur_cg_n, { { 0 } } };
     for (int i = 0; i < 8; i++)
         msg.h[i] = h[i];
     for (unsigned int k = 0; k < cur_rl_n; k++)

@@ -282,7 +282,9 @@ static int frame_strings(const unsigned int *h, unsigned long off)
 
 /* What the keeper needs of the server's state, beside the frame: the rlimits its command
  * takes (psb_session_limits.h; the cgroup descriptors ride after the frame's). */
-struct dispatch_msg { unsigned int h[8]; unsigned int nrl, pad; unsigned long rl[SESSION_MAX_RLIMITS][3]; };
+/* ncg: the cgroup descriptors after the frame's (the keeper checks it got exactly those:
+ * a command meant to run in its cgroups never runs outside one). */
+struct dispatch_msg { unsigned int h[8]; unsigned int nrl, ncg; unsigned long rl[SESSION_MAX_RLIMITS][3]; };
 
 #define PREFAULT (64u << 10)
 
@@ -336,7 +338,8 @@ static void __attribute__((noreturn)) armed_keeper(long rep, long sock)
     sys6(NR_CLOSE, sock, 0, 0, 0, 0, 0);
     int nfds = (int)(h[6] & ~SPAWN_LIMITED);
     long fds[MAX_FDS];
-    if (nfds > MAX_FDS || nfds > nall || nall - nfds > SESSION_MAX_CGROUPS || msg.nrl > SESSION_MAX_RLIMITS ||
+    if (nfds > MAX_FDS || (m.flags & MSG_CTRUNC) || msg.ncg > SESSION_MAX_CGROUPS ||
+        (unsigned int)nall != (unsigned int)nfds + msg.ncg || msg.nrl > SESSION_MAX_RLIMITS ||
         frame_strings(h, (unsigned long)nfds * 4) < 0) {
         keeper_event(rep, E_FAILED, h[2], 22 /* EINVAL */, PSB_TAIL_USAGE);
         quit(0);
