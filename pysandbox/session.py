@@ -267,10 +267,10 @@ class Sandbox:
         """
         if isinstance(args, (str, bytes, os.PathLike)):
             args = [args]
-        argv = [os.fsdecode(a) for a in args]
+        argv = [a if type(a) is str else os.fsdecode(a) for a in args]
         if not argv or not argv[0]:
             raise PolicyError("empty command", Reason.INVALID_VALUE, args)
-        limits = self.budget.command(limits)   # the session's, narrowed (session_limits.py)
+        limits = self.budget.command(limits) if limits is not None or self.budget.limits is not None else None   # the session's, narrowed (session_limits.py)
         cwd = self.sandbox_path(cwd)
         env, env_key = self.command_env_keyed(env)
         env["PWD"] = cwd
