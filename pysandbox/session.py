@@ -265,13 +265,14 @@ class Sandbox:
         Raises:
             PolicyError: an empty command, a bad ``pass_fds`` entry or ``limits``.
         """
-        if isinstance(args, (str, bytes, os.PathLike)):
+        if type(args) is not list and isinstance(args, (str, bytes, os.PathLike)):
             args = [args]
         argv = [a if type(a) is str else os.fsdecode(a) for a in args]
         if not argv or not argv[0]:
             raise PolicyError("empty command", Reason.INVALID_VALUE, args)
-        limits = self.budget.command(limits) if limits is not None or self.budget.limits is not None else None   # the session's, narrowed (session_limits.py)
-        cwd = self.sandbox_path(cwd)
+        if limits is not None or self.budget.limits is not None:
+            limits = self.budget.command(limits)   # the session's, narrowed (session_limits.py)
+        cwd = self._chdir if cwd is None and not self._caller_start else self.sandbox_path(cwd)
         env, env_key = self.command_env_keyed(env)
         env["PWD"] = cwd
         fds = self.policy.pass_fds

@@ -15,16 +15,8 @@ import pytest
 import pysandbox
 from pysandbox import session_run
 from pysandbox.session import SessionProcess
+from tests.integration.test_session import sb as session_fixture  # noqa: F401  (its "sb" fixture)
 from tests.support import wait_until
-
-
-@pytest.fixture
-def sb(backend, tmp_path):
-    wd = tmp_path / "wd"
-    wd.mkdir()
-    with pysandbox.Sandbox(pysandbox.Policy.default(workdir=wd), backend=backend) as box:
-        box.workdir = wd
-        yield box
 
 
 @pytest.fixture
