@@ -15,8 +15,10 @@ import pytest
 import pysandbox
 from pysandbox import session_run
 from pysandbox.session import SessionProcess
-from tests.integration.test_session import sb as session_fixture  # noqa: F401  (its "sb" fixture)
+from tests.integration import test_session
 from tests.support import wait_until
+
+sb = test_session.sb   # the fixture: a session with its workdir
 
 
 @pytest.fixture
