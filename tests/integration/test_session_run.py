@@ -155,3 +155,18 @@ def test_a_lost_session_ends_a_lean_run(backend, tmp_path, paths):
         assert info.value.reason == pysandbox.Reason.SESSION_LOST
     finally:
         box.close()
+
+
+def test_a_left_behind_process_holding_the_output_pipes_does_not_hang_the_run(sb, paths):
+    """Hostile: a setsid'd daemon keeps the command's stdout and stderr open so reading them
+    to EOF would never end. The session kills it at the command's end, so the lean run
+    returns with what the command wrote. Control: the daemon did start (its pid file), and
+    it is gone once the run returned."""
+    pidfile = sb.workdir / "daemon"
+    script = f"setsid sh -c 'echo $$ > {pidfile}; sleep 600; echo late' & " \
+             f"while [ ! -s {pidfile} ]; do sleep 0.01; done; echo hi"
+    done = sb.run(["sh", "-c", script], capture_output=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"hi\n", b"") and paths["lean"] == 1
+    daemon = pidfile.read_text().strip()
+    assert daemon.isdigit()   # the control: it ran, holding both pipes
+    assert sb.run(["test", "-e", f"/proc/{daemon}/status"]).returncode != 0
