@@ -107,7 +107,7 @@ class EnvCache:
             return ops.apply({os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}), None
         data = getattr(os.environ, "_data", None)
         entry = self._entry
-        if data is not None and entry is not None and entry[0] == ops and entry[1] == data:
+        if data is not None and entry is not None and (entry[0] is ops or entry[0] == ops) and entry[1] == data:
             return dict(entry[2]), entry
         applied = ops.apply(os.environ)
         if data is None:

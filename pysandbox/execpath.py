@@ -18,6 +18,6 @@ def exec_candidates(name: str, path_env: str | None, cwd: str) -> list[str]:
     candidate per PATH entry, an empty entry meaning the working directory (as execvp).
     """
     if "/" in name:
-        return [os.path.join(cwd, name)]
+        return [name if name[0] == "/" else os.path.join(cwd, name)]   # an absolute name: join's result
     path = DEFAULT_PATH if path_env is None else path_env
     return [os.path.join(cwd, entry, name) for entry in path.split(":")]

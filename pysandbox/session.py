@@ -26,10 +26,11 @@ import signal
 import socket
 import subprocess
 import uuid
+from typing import NamedTuple
 
 from . import plan as P
 from . import session_proto as W
-from . import session_proxy
+from . import session_proxy, session_run
 from ._popen import RemotePopen
 from .backends import landlock
 from .environment import EnvCache
@@ -50,6 +51,17 @@ CLOSE_TIMEOUT = 5.0    # seconds for the sandbox to end once the socket is close
 # share theirs (pysandbox/sandbox_start.py): a new session's first command does not filter
 # os.environ again (its secrets test: about 40 us for 35 variables).
 _ENV = EnvCache()
+
+
+class CommandSpec(NamedTuple):
+    """One command of a session, ready to send (:meth:`Sandbox.command_spec`)."""
+    argv: list
+    cwd: str
+    env: dict
+    env_key: object
+    fds: tuple
+    limits: object
+
 
 _REFUSED = ("preexec_fn", "user", "group", "extra_groups", "shell", "executable", "umask",
             "process_group", "start_new_session")
@@ -83,21 +95,12 @@ class SessionProcess(RemotePopen):
         if kwargs.pop("close_fds", True) is not True:
             raise PolicyError("close_fds= is decided by the policy in a sandbox", Reason.CONFLICTING_OPTIONS,
                               "close_fds")
-        if isinstance(args, (str, bytes, os.PathLike)):
-            args = [args]
-        argv = [os.fsdecode(a) for a in args]
-        if not argv or not argv[0]:
-            raise PolicyError("empty command", Reason.INVALID_VALUE, args)
         self.session = session
-        self._limits = session.budget.command(limits)   # the session's, narrowed (session_limits.py)
-        self._cwd = session.sandbox_path(cwd)
-        self._env, env_key = session.command_env_keyed(env)
-        self._env["PWD"] = self._cwd
-        self._fds = tuple(sorted(set(session.policy.pass_fds) | {check_fd(fd, "pass_fds entry") for fd in pass_fds}))
+        spec = session.command_spec(args, cwd, env, pass_fds, limits)
         # network proxy mode: this command's credential and record (pysandbox/session_proxy.py)
-        self.proxy = session_proxy.command_proxy(session, self._env, kwargs)
-        # the encoded environment is reused by this key: only while env is the key's plus PWD
-        self._env_key = env_key if self.proxy is None else None
+        self.proxy = session_proxy.command_proxy(session, spec.env, kwargs)
+        # the encoded environment is reused by its key: only while env is the key's plus PWD
+        self._spec = spec if self.proxy is None else spec._replace(env_key=None)
         # deferred (asyncio): the constructor returns once the command was sent; the
         # caller awaits its STARTED (``session.started``) before using ``pid``.
         self._deferred = _deferred
@@ -105,16 +108,15 @@ class SessionProcess(RemotePopen):
         # start, comes with wait (one event, one wake-up of this thread); pid stays None.
         self._quiet = _quiet
         try:
-            super().__init__(argv, **kwargs)
+            super().__init__(spec.argv, **kwargs)
         except BaseException:
             if self.proxy is not None:
                 self.proxy.revoke()   # never started: its credential with it
             raise
 
     def _start_child(self, argv, stdin, stdout, stderr):
-        child = self.session._spawn(argv, self._cwd, self._env, [stdin, stdout, stderr, *self._fds],
-                                    [0, 1, 2, *self._fds], wait=not (self._deferred or self._quiet),
-                                    quiet=self._quiet, limits=self._limits, env_key=self._env_key)
+        child = self.session.start_command(self._spec, (stdin, stdout, stderr),
+                                           wait=not (self._deferred or self._quiet), quiet=self._quiet)
         session_proxy.attach(self.proxy, child)
         return child
 
@@ -261,6 +263,43 @@ class Sandbox:
             return caller_directory(self.plan).chdir if self._caller_start else self._chdir
         return sandbox_cwd(cwd, self._chdir)
 
+    def command_spec(self, args, cwd=None, env=None, pass_fds=(), limits=None) -> CommandSpec:
+        """What one command is sent with: its argv, working directory, environment (with
+        its ``PWD`` and the key of its encoding), passed descriptors and limits.
+
+        Raises:
+            PolicyError: an empty command, a bad ``pass_fds`` entry or ``limits``.
+        """
+        if type(args) is not list and isinstance(args, (str, bytes, os.PathLike)):
+            args = [args]
+        argv = [a if type(a) is str else os.fsdecode(a) for a in args]
+        if not argv or not argv[0]:
+            raise PolicyError("empty command", Reason.INVALID_VALUE, args)
+        if limits is not None or self.budget.limits is not None:
+            limits = self.budget.command(limits)   # the session's, narrowed (session_limits.py)
+        cwd = self._chdir if cwd is None and not self._caller_start else self.sandbox_path(cwd)
+        env, env_key = self.command_env_keyed(env)
+        env["PWD"] = cwd
+        fds = self.policy.pass_fds
+        if fds or pass_fds:
+            fds = tuple(sorted(set(fds) | {check_fd(fd, "pass_fds entry") for fd in pass_fds}))
+        return CommandSpec(argv, cwd, env, env_key, fds, limits)
+
+    def start_command(self, spec: CommandSpec, stdio, *, wait: bool = True, quiet: bool = False) -> RemoteChild:
+        """Send ``spec`` with ``stdio`` (its descriptors 0, 1, 2) to the server. ``wait``:
+        return once it started (raising as subprocess does when it could not);
+        ``quiet``: no STARTED comes, its failure to start comes with its end
+        (``RemoteChild.wait_status``).
+
+        Raises:
+            SessionError: the session is closed or lost.
+            PolicyError (invalid_value): a NUL in a string, a frame too large.
+            LimitUnavailable: its own memory or pids limit cannot be a cgroup here.
+        """
+        fds = spec.fds
+        return self._spawn(spec.argv, spec.cwd, spec.env, [*stdio, *fds], [0, 1, 2, *fds], wait=wait, quiet=quiet,
+                           limits=spec.limits, env_key=spec.env_key)
+
     def _spawn(self, argv, cwd, env, fds, targets, wait: bool = True, quiet: bool = False,
                limits=None, env_key=None) -> RemoteChild:
         ch = self.channel
@@ -312,6 +351,9 @@ class Sandbox:
         descendants; the session lives on."""
         # quiet unless report_denials: a command's denials are found by its pid (STARTED)
         quiet = not self.policy.report_denials
+        if quiet and input is None and self.egress is None and session_run.OPTIONS.issuperset(kwargs):
+            # no Popen object where nothing needs one (pysandbox/session_run.py)
+            return session_run.run(self, args, capture_output, timeout, check, kill_grace, **kwargs)
         return run_process(lambda **kw: SessionProcess(self, args, _quiet=quiet, **kw), input=input,
                            capture_output=capture_output, timeout=timeout, check=check,
                            kill_grace=kill_grace, kwargs=kwargs)

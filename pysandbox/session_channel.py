@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import array
 import itertools
 import os
 import select
@@ -48,6 +49,7 @@ class Channel:
         self.sock = sock
         self.cv = threading.Condition()
         self.reading = False
+        self.waiting = 0   # threads in wait_for's cv.wait (another reads the socket)
         self.buf = bytearray()
         self.commands: dict[int, Command] = {}
         self.ids = itertools.count(1)
@@ -60,12 +62,17 @@ class Channel:
         """``before`` (with ``before_fds``) then ``frame``, with nothing between."""
         with self.send_lock:
             try:
-                for data, passed in ((before, before_fds), (frame, fds)):
-                    sent = socket.send_fds(self.sock, [data], list(passed)) if passed else 0
-                    if sent < len(data):
-                        self.sock.sendall(data[sent:])
+                if before:
+                    self._send(before, before_fds)
+                self._send(frame, fds)
             except OSError as exc:
                 raise SessionError(f"the session's server is gone ({exc})", Reason.SESSION_LOST) from None
+
+    def _send(self, data: bytes, fds) -> None:
+        # socket.send_fds, without its call: the descriptors go with the first bytes
+        sent = self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]) if fds else 0
+        if sent < len(data):
+            self.sock.sendall(data[sent:])
 
     def wait_for(self, done, timeout: float | None) -> bool:
         """Read events until ``done()`` (called under the condition) or ``timeout``."""
@@ -78,7 +85,11 @@ class Channel:
                 if self.lost is not None:
                     return done()
                 if self.reading or self.external:
-                    self.cv.wait(left)
+                    self.waiting += 1
+                    try:
+                        self.cv.wait(left)
+                    finally:
+                        self.waiting -= 1
                     continue
                 self.reading = True
                 self.cv.release()
@@ -88,7 +99,8 @@ class Channel:
                     self.cv.acquire()
                     self.reading = False
                 self.dispatch(events, lost)
-                self.cv.notify_all()
+                if self.waiting:   # no other thread waits: no notify's own work
+                    self.cv.notify_all()
             return True
 
     def read_events(self, timeout):
@@ -102,8 +114,7 @@ class Channel:
             return [], SessionError(f"the session's socket failed ({exc})", Reason.SESSION_LOST)
         if not data:
             return [], SessionError("the session's sandbox ended", Reason.SESSION_LOST)
-        self.buf += data
-        return W.parse_events(self.buf), None
+        return W.events_of(data, self.buf), None
 
     def dispatch(self, events, lost):
         """Apply ``events`` (and a loss) read by :meth:`read_events`; the caller holds ``cv``

@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .backends import tail
 
@@ -40,10 +40,12 @@ SERVER_ERRORS = {1: "a malformed frame", 2: "it is not the pid 1 of its pid name
 
 _HEADER = struct.Struct("<8I")
 _EVENT = struct.Struct("<4I")
+_STDIO = [0, 1, 2]
+_STDIO_PACKED = struct.pack("<3I", *_STDIO)
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
+    """One event of the server (a tuple: made from the unpacked words at C speed)."""
     kind: int
     id: int
     a: int
@@ -100,10 +102,14 @@ def spawn_frame(cid: int, cwd: str, candidates: list[str], argv: list[str], env:
         ValueError: a NUL in a string, too many descriptors, a target out of range, or
             a frame over MAX_PAYLOAD.
     """
-    if len(targets) > MAX_FDS or any(not 0 <= t <= MAX_TARGET_FD for t in targets) or len(set(targets)) != len(targets):
+    if targets == _STDIO:   # the usual command's: packed once
+        packed = _STDIO_PACKED
+    elif len(targets) > MAX_FDS or any(not 0 <= t <= MAX_TARGET_FD for t in targets) or len(set(targets)) != len(targets):
         raise ValueError(f"descriptor targets must be distinct, 0..{MAX_TARGET_FD}, at most {MAX_FDS}")
+    else:
+        packed = struct.pack(f"<{len(targets)}I", *targets)
     env_blob = (encoder or EnvEncoder()).encode(env, env_key)
-    payload = struct.pack(f"<{len(targets)}I", *targets) + _strings([cwd, *candidates, *argv]) + env_blob
+    payload = packed + _strings([cwd, *candidates, *argv]) + env_blob
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"the command and its environment exceed {MAX_PAYLOAD} bytes")
     return _HEADER.pack(MAGIC, SPAWN_QUIET if quiet else SPAWN, cid, len(candidates), len(argv), len(env), len(targets),
@@ -116,10 +122,22 @@ def signal_frame(cid: int, sig: int) -> bytes:
 
 def parse_events(buf: bytearray) -> list[Event]:
     """The complete events at the front of ``buf``, removed from it."""
-    n = len(buf) // EVENT_SIZE
-    out = [Event(*_EVENT.unpack_from(buf, i * EVENT_SIZE)) for i in range(n)]
-    del buf[:n * EVENT_SIZE]
+    size = len(buf) - len(buf) % EVENT_SIZE
+    if not size:
+        return []
+    out = list(map(Event._make, _EVENT.iter_unpack(bytes(buf[:size]))))
+    del buf[:size]
     return out
+
+
+def events_of(data: bytes, buf: bytearray) -> list[Event]:
+    """The complete events of ``data`` read after ``buf`` (the part of an event read
+    before), the rest left in ``buf``: with none pending and whole events (the usual
+    read), no copy through ``buf``."""
+    if not buf and not len(data) % EVENT_SIZE:
+        return list(map(Event._make, _EVENT.iter_unpack(data)))
+    buf += data
+    return parse_events(buf)
 
 
 def failure(ev: Event, argv0: str, cwd: str) -> OSError:
