@@ -19,6 +19,12 @@ import time
 KILL_GRACE = 2.0   # seconds between SIGTERM to the command and SIGKILL to the sandbox
 
 
+# Seconds a timed-out run still reads its output once the command ended: a process of
+# another session command may hold its pipes (sent over a unix socket), and EOF would
+# then never come; one-shot sandboxes end with their command, EOF at once.
+DRAIN_AFTER_END = 1.0
+
+
 def stop(proc, grace: float = KILL_GRACE, *, wait=None):
     """End ``proc`` (a :class:`~pysandbox.process.SandboxProcess`): SIGTERM to the
     command; SIGKILL to the sandbox if it is still running ``grace`` seconds later.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 
 from ._popen import BackendPopen
-from .lifecycle import KILL_GRACE, stop
+from .lifecycle import DRAIN_AFTER_END, KILL_GRACE, stop
 from .policy import Policy
 # compiled, with_start_directory, caller_directory: re-exported (bwrap_compat, sessions, integrations)
 from .sandbox_start import SandboxStart, caller_directory, compiled, with_start_directory  # noqa: F401
@@ -162,6 +162,19 @@ def check_output(args, *, policy: Policy | None = None, backend: str = "auto", t
     return run(args, policy=policy, backend=backend, stdout=PIPE, timeout=timeout, check=True, **kwargs).stdout
 
 
+def _output(proc, timeout):
+    """``proc.communicate(timeout=timeout)``; with None (after the kill), once the command
+    ended, its output read for at most DRAIN_AFTER_END more seconds: what it wrote
+    before, without waiting for an EOF another process can withhold."""
+    if timeout is not None:
+        return proc.communicate(timeout=timeout)
+    proc.wait()
+    try:
+        return proc.communicate(timeout=DRAIN_AFTER_END)
+    except subprocess.TimeoutExpired as exc:
+        return exc.stdout, exc.stderr
+
+
 def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill_grace: float,
                 kwargs: dict) -> CompletedProcess:
     """:func:`subprocess.run`'s flow over ``make(**popen_kwargs)`` (a SandboxProcess or a
@@ -179,7 +192,7 @@ def run_process(make, *, input, capture_output: bool, timeout, check: bool, kill
         try:
             stdout, stderr = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
-            exc.stdout, exc.stderr = stop(proc, kill_grace, wait=lambda t: proc.communicate(timeout=t))
+            exc.stdout, exc.stderr = stop(proc, kill_grace, wait=lambda t: _output(proc, t))
             proc.kill()   # the command is gone; make sure nothing of the sandbox is left
             raise
         except BaseException:

@@ -24,6 +24,8 @@ import signal
 import subprocess
 import time
 
+from .lifecycle import DRAIN_AFTER_END
+
 # The keyword arguments of Sandbox.run this path implements; any other one: the Popen path.
 OPTIONS = frozenset(("cwd", "env", "pass_fds", "limits", "text", "universal_newlines", "encoding", "errors"))
 _READ = 32768   # as subprocess's communicate
@@ -133,8 +135,12 @@ def run(sb, args, capture_output: bool, timeout, check: bool, kill_grace: float,
                 child.signal(signal.SIGTERM)
                 status = _wait(child, output, time.monotonic() + max(kill_grace, 0))
                 if status is None:
+                    # once it ended (its keeper ended its whole tree), what it wrote, read
+                    # for at most DRAIN_AFTER_END: another command may hold its pipes
                     child.signal(signal.SIGKILL)
-                    status = _wait(child, output, None)
+                    status = child.wait_status(None)
+                    if output is not None:
+                        output.drain(time.monotonic() + DRAIN_AFTER_END)
                 child.close()
                 exc = subprocess.TimeoutExpired(spec.argv, timeout)
                 exc.stdout, exc.stderr = output.result(codec) if output else (None, None)
