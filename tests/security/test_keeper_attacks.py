@@ -21,7 +21,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 import time
 import uuid
 
@@ -30,7 +29,7 @@ import pytest
 import pysandbox
 from pysandbox import aio
 from pysandbox.session import Sandbox
-from tests.support import host_capability, need
+from tests.support import bounded, host_capability, need
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -130,24 +129,10 @@ def _landed(tmp_path) -> str:
 
 
 def _bounded(fn):
-    """``fn()``'s exception (or None) if it returns within BOUND seconds; a regression
-    fails here instead of hanging the suite (leaving the ``with`` then closes the
-    session, which ends the blocked call)."""
-    out: list = []
-
-    def call():
-        try:
-            fn()
-            out.append(None)
-        except BaseException as exc:   # noqa: BLE001 - handed to the test
-            out.append(exc)
-
-    t = threading.Thread(target=call, daemon=True)
-    t0 = time.monotonic()
-    t.start()
-    t.join(BOUND)
-    assert out, f"still blocked after {BOUND} s"
-    return out[0], time.monotonic() - t0
+    """``fn()``'s exception (or None) and its time, within BOUND seconds (tests/support
+    ``bounded``: a regression fails instead of hanging the suite; leaving the ``with``
+    then closes the session, which ends the blocked call)."""
+    return bounded(fn, BOUND)
 
 
 def _needle() -> str:

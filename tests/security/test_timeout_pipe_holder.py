@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
 import pysandbox
 from pysandbox.session import Sandbox
+from tests.support import bounded
 
 pytestmark = pytest.mark.requires("userns")
 
@@ -49,33 +48,14 @@ time.sleep(120)
 '''
 
 
-def _bounded(fn):
-    out: list = []
-
-    def call():
-        try:
-            fn()
-            out.append(None)
-        except BaseException as exc:   # noqa: BLE001 - handed to the test
-            out.append(exc)
-
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    t.join(BOUND)
-    assert out, f"still blocked after {BOUND} s"
-    return out[0]
-
-
 @pytest.mark.parametrize("path", ["lean", "popen"])
 def test_a_timeout_returns_while_another_command_holds_its_pipes(backend, tmp_path, path):
     kw = {"input": b""} if path == "popen" else {}
     with Sandbox(pysandbox.Policy.default(workdir=tmp_path), backend) as sb:
         holder = sb.Popen([sys.executable, "-I", "-c", HOLDER])
         try:
-            t0 = time.monotonic()
-            exc = _bounded(lambda: sb.run([sys.executable, "-I", "-c", SENDER], capture_output=True, timeout=1,
-                                          kill_grace=0.3, **kw))
-            took = time.monotonic() - t0
+            exc, took = bounded(lambda: sb.run([sys.executable, "-I", "-c", SENDER], capture_output=True,
+                                               timeout=1, kill_grace=0.3, **kw), BOUND)
             held = sb.run(["cat", "/tmp/held"], capture_output=True, text=True, timeout=60).stdout
         finally:
             holder.kill()

@@ -109,6 +109,28 @@ def wait_until(pred, seconds: float = 20.0) -> bool:
     return pred()
 
 
+def bounded(fn, seconds: float):
+    """``fn()`` in a thread: (its exception or None, the seconds it took) if it returns
+    within ``seconds``; a call still blocked fails the test there instead of hanging the
+    suite (the caller's ``with`` then ends what blocks it)."""
+    import threading
+    out: list = []
+
+    def call():
+        try:
+            fn()
+            out.append(None)
+        except BaseException as exc:   # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    t = threading.Thread(target=call, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    t.join(seconds)
+    assert out, f"still blocked after {seconds} s"
+    return out[0], time.monotonic() - t0
+
+
 def write_id_maps(pid: int, uid: int, gid: int) -> None:
     """Map ``uid``/``gid`` inside the user namespace of ``pid`` to ours (setgroups denied),
     as a caller of --userns-block-fd does from outside."""
